@@ -56,7 +56,7 @@ def setup_hash() -> str:
 
 
 def ensure_env() -> Path:
-    if sys.version_info < (3, 10):
+    if sys.version_info < (3, 10):  # noqa: UP036 (this file may be run by an older python)
         sys.exit("The course needs Python 3.10 or newer; this is " + sys.version.split()[0])
     py = venv_python()
     want = setup_hash()

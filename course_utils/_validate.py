@@ -1,4 +1,4 @@
-"""Input checks shared by every public function: each error names the argument and what it expected."""
+"""Input checks shared by every public function: errors name the argument and what it expected."""
 
 from __future__ import annotations
 

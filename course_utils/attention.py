@@ -1,4 +1,4 @@
-"""Attention in float64 NumPy: the naive oracle, the tiled FlashAttention forward, split-KV decoding.
+"""Attention in float64 NumPy: the naive oracle, the tiled FlashAttention forward, split-KV decode.
 
 Notation (FlashAttention papers): Q (Nq, d), K (Nk, d), V (Nk, dv); scores S = tau Q K^T with
 tau = softmax_scale = 1/sqrt(d); O = softmax(S) V row by row; lse_i = log sum_j exp(S_ij), natural
