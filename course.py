@@ -69,7 +69,7 @@ def ensure_env() -> Path:
     probe = subprocess.call([py, "-c", "import torch"], stderr=subprocess.DEVNULL)
     if probe != 0 and run([*pip, torch_spec()]) != 0:
         sys.exit(f"installing {torch_spec()} failed; set COURSE_TORCH to a torch you can install")
-    if run([*pip, "-e", ".[dev]"]) != 0:
+    if run([*pip, "-e", ".[course,dev]"]) != 0:
         sys.exit("installing the course package failed (see pip's message above)")
     STAMP.write_text(want)
     say("environment ready")

@@ -1,0 +1,1 @@
+"""Autograding for the course: nbgrader configuration, release, grading (python -m graders)."""

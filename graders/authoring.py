@@ -1,0 +1,92 @@
+"""Helpers to write instructor notebooks with the right nbgrader metadata.
+
+An instructor can edit solutions/*.ipynb in Jupyter with nbgrader's "Create Assignment" toolbar;
+these helpers do the same from a script (handy when a notebook is first drafted):
+
+    cells = [setup_cell(), md("# Title"), solution("def f(x):\n    ### BEGIN SOLUTION ..."),
+             tests("check_f(f)", grade_id="f_tests", points=2)]
+    write_notebook(cells, "solutions/01_online_softmax/01_online_softmax.ipynb")
+
+The Colab setup cell is made here from REPO_URL, the one place that names the repository;
+tests/test_pipeline.py checks that every notebook starts with exactly this cell.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+
+# The repository that Colab installs course_utils from. Change it here (for a fork), then run
+# `python -m graders sync-setup` and `python -m graders release`.
+REPO_URL = "https://github.com/flash-attention-course/flash-attention-course"
+COLAB_URL = "https://colab.research.google.com/github/" + REPO_URL.split("github.com/", 1)[1]
+
+SETUP_SOURCE = f"""\
+# Setup: on Colab, or anywhere course_utils is missing, install the course package first.
+try:
+    import course_utils
+except ImportError:
+    %pip install --quiet "course_utils @ git+{REPO_URL}"
+    import course_utils"""
+
+KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+
+
+def _meta(grade_id: str, *, grade: bool, solution: bool, locked: bool, points=None) -> dict:
+    meta = {
+        "grade": grade,
+        "grade_id": grade_id,
+        "locked": locked,
+        "schema_version": 3,
+        "solution": solution,
+        "task": False,
+    }
+    if points is not None:
+        meta["points"] = points
+    return {"nbgrader": meta}
+
+
+def md(text: str, grade_id: str | None = None):
+    """A markdown cell; with a grade_id it is locked (students cannot edit it)."""
+    meta = _meta(grade_id, grade=False, solution=False, locked=True) if grade_id else {}
+    return nbformat.v4.new_markdown_cell(text.strip("\n"), metadata=meta)
+
+
+def code(source: str, grade_id: str | None = None):
+    """A code cell; with a grade_id it is locked (read-only for the students)."""
+    meta = _meta(grade_id, grade=False, solution=False, locked=True) if grade_id else {}
+    return nbformat.v4.new_code_cell(source.strip("\n"), metadata=meta)
+
+
+def solution(source: str, grade_id: str):
+    """An answer cell: ### BEGIN SOLUTION / ### END SOLUTION regions become the stub."""
+    meta = _meta(grade_id, grade=False, solution=True, locked=False)
+    return nbformat.v4.new_code_cell(source.strip("\n"), metadata=meta)
+
+
+def tests(source: str, grade_id: str, points: float):
+    """A graded, locked test cell; ### BEGIN HIDDEN TESTS regions are removed from the release."""
+    meta = _meta(grade_id, grade=True, solution=False, locked=True, points=points)
+    return nbformat.v4.new_code_cell(source.strip("\n"), metadata=meta)
+
+
+def setup_cell():
+    """The first cell of every notebook (locked): installs course_utils on Colab."""
+    return code(SETUP_SOURCE, grade_id="setup")
+
+
+def write_notebook(cells, path: str | Path) -> Path:
+    """Write an instructor notebook with stable cell ids (its grade_id, or its position)."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    nb.metadata["language_info"] = {"name": "python"}
+    for i, cell in enumerate(cells):
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        cell["id"] = gid.replace("_", "-") if gid else f"cell-{i:03d}"
+    nb.cells = list(cells)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.validate(nb)
+    nbformat.write(nb, str(path))
+    return path

@@ -1,0 +1,193 @@
+"""nbgrader plumbing shared by the release command, the grader and the tests.
+
+The course directory nbgrader sees is laid out as
+    <root>/solutions/<assignment>/<assignment>.ipynb   source (instructor notebooks)
+    <root>/notebooks/<assignment>/<assignment>.ipynb   release (student notebooks)
+    <root>/submitted/<student>/<assignment>/...         submissions, then autograded/, feedback/
+`root` is the repository for a release, and a working folder for grading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG_FILE = Path(__file__).resolve().parent / "nbgrader_config.py"
+
+
+def assignments(root: Path = REPO) -> list[str]:
+    """The assignment ids, in course order: every solutions/NN_topic/NN_topic.ipynb."""
+    src = Path(root) / "solutions"
+    return sorted(p.name for p in src.iterdir() if (p / f"{p.name}.ipynb").is_file())
+
+
+def _alembic_on_path() -> None:
+    """nbgrader runs the `alembic` program of its environment: make sure it is found."""
+    bindir = str(Path(sys.executable).parent)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
+
+def load_config(root: Path, db_url: str | None = None):
+    """The course's nbgrader config for `root`, with a gradebook (default: <root>/gradebook.db).
+
+    Without a gradebook (db_url="none") generate_assignment records nothing: enough for a release.
+    """
+    from traitlets.config.loader import PyFileConfigLoader
+
+    _alembic_on_path()
+    cfg = PyFileConfigLoader(CONFIG_FILE.name, path=str(CONFIG_FILE.parent)).load_config()
+    root = Path(root).resolve()
+    cfg.CourseDirectory.root = str(root)
+    if db_url == "none":
+        cfg.GenerateAssignment.no_database = True
+        cfg.SaveCells.enabled = False
+    else:
+        cfg.CourseDirectory.db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
+    return cfg
+
+
+def nbgrader_api(root: Path, db_url: str | None = None):
+    """An nbgrader API object for the course directory at `root`."""
+    from nbgrader.apps.api import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    cfg = load_config(root, db_url)
+    coursedir = CourseDirectory(config=cfg)
+    api = NbGraderAPI(coursedir=coursedir, config=cfg)
+    api.log.setLevel(logging.ERROR)
+    return api
+
+
+@contextlib.contextmanager
+def _quiet():
+    """nbgrader logs a lot to stderr; keep it for errors only."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
+def generate(root: Path, assignment: str, db_url: str | None = None) -> None:
+    """Run nbgrader generate_assignment: solutions/<a> -> notebooks/<a>, outputs cleared."""
+    api = nbgrader_api(root, db_url)
+    with _quiet():
+        result = api.generate_assignment(assignment, force=True, create=True)
+    if not result.get("success"):
+        raise RuntimeError(
+            f"nbgrader generate_assignment failed for {assignment}:\n"
+            f"{result.get('error') or result.get('log')}"
+        )
+
+
+def release(root: Path = REPO, only: list[str] | None = None) -> list[Path]:
+    """Regenerate the student notebooks of `root` from its solutions; returns the written files."""
+    root = Path(root)
+    written = []
+    for assignment in only or assignments(root):
+        if not (root / "solutions" / assignment).is_dir():
+            raise ValueError(f"no assignment {assignment!r} under {root / 'solutions'}")
+        generate(root, assignment, db_url="none")
+        written.append(root / "notebooks" / assignment / f"{assignment}.ipynb")
+    return written
+
+
+def release_into(tmp: Path, only: list[str] | None = None) -> Path:
+    """Copy solutions/ into a scratch course directory and release there (for comparisons)."""
+    tmp = Path(tmp)
+    shutil.copytree(REPO / "solutions", tmp / "solutions", dirs_exist_ok=True)
+    os.makedirs(tmp / "notebooks", exist_ok=True)
+    release(tmp, only)
+    return tmp / "notebooks"
+
+
+def _strip_solution_markers(source: str) -> str:
+    keep = [
+        line
+        for line in source.splitlines()
+        if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")
+    ]
+    return "\n".join(keep)
+
+
+def solved_notebook(assignment: str, root: Path = REPO):
+    """The student notebook with every answer cell filled in from the instructor solution.
+
+    This is what a perfect student submits: locked cells as released, answers as the solution.
+    """
+    import nbformat
+
+    root = Path(root)
+    source = nbformat.read(root / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    student = nbformat.read(root / "notebooks" / assignment / f"{assignment}.ipynb", as_version=4)
+    answers = {
+        c.metadata["nbgrader"]["grade_id"]: _strip_solution_markers(c.source)
+        for c in source.cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
+    for cell in student.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in answers:
+            cell.source = answers[gid]
+    return student
+
+
+def submit(root: Path, student: str, assignment: str, notebook) -> Path:
+    """Place one student's notebook in nbgrader's submitted/<student>/<assignment>/ layout."""
+    import nbformat
+
+    folder = Path(root) / "submitted" / student / assignment
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{assignment}.ipynb"
+    if isinstance(notebook, str | Path):
+        shutil.copyfile(notebook, path)
+    else:
+        nbformat.write(notebook, str(path))
+    return path
+
+
+def autograde(root: Path, assignment: str, student: str) -> dict:
+    """Run nbgrader autograde for one submission; returns nbgrader's result dict."""
+    api = nbgrader_api(root)
+    with _quiet():
+        return api.autograde(assignment, student, force=True, create=True)
+
+
+def scores(root: Path, assignment: str) -> dict[str, dict]:
+    """Gradebook scores: {student: {"score", "max_score", "cells": {grade_id: (s, max)}}}."""
+    import warnings
+
+    from nbgrader.api import Gradebook
+
+    cfg = load_config(root)
+    out = {}
+    with Gradebook(cfg.CourseDirectory.db_url) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes about nbgrader's session
+        for sub in gb.assignment_submissions(assignment):
+            cells = {}
+            for nb in sub.notebooks:
+                for grade in nb.grades:
+                    cells[grade.name] = (grade.score, grade.max_score)
+            out[sub.student_id] = {"score": sub.score, "max_score": sub.max_score, "cells": cells}
+    return out
+
+
+def sync_setup_cells(root: Path = REPO) -> list[Path]:
+    """Make the first cell of every solution notebook the setup cell of graders/authoring.py."""
+    import nbformat
+
+    from .authoring import SETUP_SOURCE
+
+    changed = []
+    for assignment in assignments(root):
+        path = Path(root) / "solutions" / assignment / f"{assignment}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        if nb.cells and nb.cells[0].source != SETUP_SOURCE:
+            nb.cells[0].source = SETUP_SOURCE
+            nbformat.write(nb, str(path))
+            changed.append(path)
+    return changed

@@ -1,0 +1,119 @@
+"""Every notebook: generated from its solution, executed end to end, autograded by real nbgrader."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from graders import authoring, pipeline
+
+REPO = pipeline.REPO
+ASSIGNMENTS = pipeline.assignments()
+MAX_SECONDS = 60  # per notebook on 2 CPU cores (issue: each notebook runs in under 60 s)
+
+pytestmark = pytest.mark.notebooks
+
+
+def _path(folder: str, assignment: str) -> Path:
+    return REPO / folder / assignment / f"{assignment}.ipynb"
+
+
+def _execute(path: Path, allow_errors: bool = False):
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        timeout=MAX_SECONDS,
+        kernel_name="python3",
+        allow_errors=allow_errors,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    start = time.perf_counter()
+    client.execute()
+    return nb, time.perf_counter() - start
+
+
+def _grade_cells(nb):
+    return [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+
+
+def test_there_are_notebooks():
+    assert ASSIGNMENTS, "no solutions/NN_topic/NN_topic.ipynb found"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_student_notebook_is_generated_from_solution(assignment, tmp_path):
+    released = pipeline.release_into(tmp_path, only=[assignment])
+    fresh = json.loads((released / assignment / f"{assignment}.ipynb").read_text())
+    committed_path = _path("notebooks", assignment)
+    assert committed_path.exists(), f"run `python -m graders release` to create {committed_path}"
+    committed = json.loads(committed_path.read_text())
+    assert committed == fresh, (
+        f"notebooks/{assignment} differs from what nbgrader generates from solutions/: "
+        "never edit student notebooks by hand; run `python -m graders release`"
+    )
+
+
+@pytest.mark.parametrize("folder", ["solutions", "notebooks"])
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_committed_without_outputs_and_with_setup_cell(folder, assignment):
+    nb = nbformat.read(_path(folder, assignment), as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, f"outputs in {cell.id}"
+    assert nb.cells[0].source == authoring.SETUP_SOURCE, (
+        "the first cell must be the Colab setup cell from graders/authoring.py "
+        "(run `python -m graders sync-setup`)"
+    )
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_readme_has_colab_badge(assignment):
+    readme = (REPO / "README.md").read_text()
+    link = f"{authoring.COLAB_URL}/blob/main/notebooks/{assignment}/{assignment}.ipynb"
+    assert link in readme, f"README.md needs an 'Open in Colab' badge linking {link}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solution_runs_top_to_bottom_quietly(assignment):
+    nb, seconds = _execute(_path("solutions", assignment))
+    assert seconds < MAX_SECONDS, f"{assignment} took {seconds:.1f} s (limit {MAX_SECONDS} s)"
+    graded = _grade_cells(nb)
+    assert graded, f"{assignment} has no graded test cells"
+    for cell in graded:
+        stderr = [o for o in cell.outputs if o.get("name") == "stderr"]
+        assert not stderr, f"test cell {cell.metadata.nbgrader.grade_id} wrote to stderr: {stderr}"
+        printed = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
+        assert "✓" in printed, f"test cell {cell.metadata.nbgrader.grade_id} printed no pass line"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_student_notebook_stops_at_first_exercise(assignment):
+    path = _path("notebooks", assignment)
+    with pytest.raises(CellExecutionError) as info:
+        _execute(path)
+    assert info.value.ename == "NotImplementedError", (
+        f"the untouched student notebook failed with {info.value.ename} instead of "
+        f"NotImplementedError:\n{info.value}"
+    )
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_autograde_solution_full_marks_untouched_zero(assignment, tmp_path):
+    pipeline.release_into(tmp_path, only=[assignment])
+    pipeline.generate(tmp_path, assignment)  # records the hidden tests in the gradebook
+    pipeline.submit(tmp_path, "solved", assignment, pipeline.solved_notebook(assignment, tmp_path))
+    pipeline.submit(tmp_path, "untouched", assignment, _path("notebooks", assignment))
+    for student in ("solved", "untouched"):
+        result = pipeline.autograde(tmp_path, assignment, student)
+        assert result["success"], result.get("error") or result.get("log")
+    got = pipeline.scores(tmp_path, assignment)
+    solved, untouched = got["solved"], got["untouched"]
+    assert solved["max_score"] > 0
+    assert solved["score"] == solved["max_score"], f"solution lost points: {solved['cells']}"
+    assert untouched["score"] == 0, f"untouched notebook scored: {untouched['cells']}"
