@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -63,15 +64,35 @@ def describe(value, precision: int = 6) -> str:
     return repr(value)
 
 
+# Modules whose functions are the answers to exercises: a learner's code must not call them.
+REFERENCE_MODULES = ("course_utils.softmax", "course_utils.attention", "course_utils.memory")
+
+
+class _ReferenceCallWatch:
+    """A profile hook that notes whether any function of REFERENCE_MODULES runs during a call."""
+
+    def __init__(self):
+        self.called: str | None = None
+
+    def __call__(self, frame, event, arg):
+        if event == "call" and self.called is None:
+            module = frame.f_globals.get("__name__", "")
+            if module in REFERENCE_MODULES:
+                self.called = f"{module}.{frame.f_code.co_name}"
+
+
 def call_learner(fn: Callable, *args, name: str, **kwargs):
     """Call the learner's fn quietly (no warnings, no stderr) and translate its exceptions.
 
     NotImplementedError passes through unchanged (an exercise not done yet). Any other exception
-    becomes a CheckFailure that names the function and the exception.
+    becomes _LearnerRaised, reported with its input by the caller. A call into the course's
+    reference implementations raises CheckFailure (misconception calls-reference).
     """
     if not callable(fn):
         raise CheckFailure(f"{name}: expected a function, got {type(fn).__name__} {fn!r}")
     sink = io.StringIO()
+    watch = _ReferenceCallWatch()
+    previous = sys.getprofile()
     try:
         with (
             warnings.catch_warnings(),
@@ -79,11 +100,22 @@ def call_learner(fn: Callable, *args, name: str, **kwargs):
             contextlib.redirect_stderr(sink),
         ):
             warnings.simplefilter("ignore")
-            return fn(*args, **kwargs)
+            sys.setprofile(watch)
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                sys.setprofile(previous)
     except NotImplementedError:
         raise
     except Exception as exc:  # the learner's bug, reported with its input by the caller
         raise _LearnerRaised(exc) from exc
+    if watch.called:
+        raise CheckFailure(
+            f"✗ {name} calls {watch.called}.\n"
+            f"  likely mistake: {CALLS_REFERENCE.title} [misconception: {CALLS_REFERENCE.slug}]\n"
+            f"  {CALLS_REFERENCE.explanation}"
+        )
+    return result
 
 
 class _LearnerRaised(Exception):
