@@ -113,6 +113,10 @@ def _decode_inputs(q, K, V, num_splits):
     q = as_float_array(q, "q", ndim=(1, 2))
     K = as_float_array(K, "K", ndim=2)
     V = as_float_array(V, "V", ndim=2)
+    if q.shape[-1] != K.shape[1]:
+        raise ValueError(
+            f"q and K must share the head dimension d: q has shape {q.shape}, K {K.shape}"
+        )
     check_qkv(np.atleast_2d(q), K, V, causal=False)
     return q, K, V, positive_int(num_splits, "num_splits")
 
