@@ -34,10 +34,11 @@ def _alembic_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
-def load_config(root: Path, db_url: str | None = None):
+def load_config(root: Path, db_url: str | None = None, timeout: int | None = None):
     """The course's nbgrader config for `root`, with a gradebook (default: <root>/gradebook.db).
 
     Without a gradebook (db_url="none") generate_assignment records nothing: enough for a release.
+    timeout: seconds one cell may run during autograde (default: the config file's).
     """
     from traitlets.config.loader import PyFileConfigLoader
 
@@ -50,15 +51,25 @@ def load_config(root: Path, db_url: str | None = None):
         cfg.SaveCells.enabled = False
     else:
         cfg.CourseDirectory.db_url = db_url or f"sqlite:///{root / 'gradebook.db'}"
+    if timeout is not None:
+        cfg.Execute.timeout = int(timeout)
+    from nbgrader.converters.autograde import Autograde
+
+    from .execute import SurvivingExecute
+
+    steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
+    cfg.Autograde.autograde_preprocessors = [
+        SurvivingExecute if getattr(s, "__name__", "") == "Execute" else s for s in steps
+    ]
     return cfg
 
 
-def nbgrader_api(root: Path, db_url: str | None = None):
+def nbgrader_api(root: Path, db_url: str | None = None, timeout: int | None = None):
     """An nbgrader API object for the course directory at `root`."""
     from nbgrader.apps.api import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
-    cfg = load_config(root, db_url)
+    cfg = load_config(root, db_url, timeout)
     coursedir = CourseDirectory(config=cfg)
     api = NbGraderAPI(coursedir=coursedir, config=cfg)
     api.log.setLevel(logging.ERROR)
@@ -150,9 +161,9 @@ def submit(root: Path, student: str, assignment: str, notebook) -> Path:
     return path
 
 
-def autograde(root: Path, assignment: str, student: str) -> dict:
+def autograde(root: Path, assignment: str, student: str, timeout: int | None = None) -> dict:
     """Run nbgrader autograde for one submission; returns nbgrader's result dict."""
-    api = nbgrader_api(root)
+    api = nbgrader_api(root, timeout=timeout)
     with _quiet():
         return api.autograde(assignment, student, force=True, create=True)
 
