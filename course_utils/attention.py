@@ -21,6 +21,14 @@ def _inputs(Q, K, V, causal, softmax_scale):
     return Q, K, V, softmax_scale_or_default(softmax_scale, Q.shape[1])
 
 
+def _check_scores(s: np.ndarray) -> None:
+    """Finite inputs can still overflow Q K^T; say so instead of returning a wrong 'no keys'."""
+    if not np.isfinite(s).all():
+        raise ValueError(
+            "Q K^T overflows float64 (scores reach inf): the inputs are too large; scale Q or K"
+        )
+
+
 def attention_reference(
     Q, K, V, causal: bool = False, softmax_scale: float | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -37,7 +45,9 @@ def attention_reference(
         O: (Nq, dv) float64.  lse: (Nq,) float64 (-inf, with O = 0, for a row with no keys).
     """
     Q, K, V, tau = _inputs(Q, K, V, causal, softmax_scale)
-    S = tau * (Q @ K.T)  # read Nd + Nd, write N*N
+    with np.errstate(over="ignore", invalid="ignore"):
+        S = tau * (Q @ K.T)  # read Nd + Nd, write N*N
+    _check_scores(S)
     if causal:
         S = np.where(np.tri(len(Q), len(K), dtype=bool), S, NEG_INF)
     m = S.max(axis=1, initial=NEG_INF)  # read N*N
@@ -92,7 +102,9 @@ def flash_attention_forward(
         k_end = min(Nk, rows[-1] + 1) if causal else Nk
         for j in range(0, k_end, Bc):
             k_j, v_j = K[j : j + Bc], V[j : j + Bc]  # read 2*Bc*d per tile
-            s_ij = tau * (q_i @ k_j.T)  # (Br, Bc) stays on chip
+            with np.errstate(over="ignore", invalid="ignore"):
+                s_ij = tau * (q_i @ k_j.T)  # (Br, Bc) stays on chip
+            _check_scores(s_ij)
             if causal and j + len(k_j) - 1 > rows[0]:  # tile crosses the diagonal
                 cols = np.arange(j, j + len(k_j))
                 s_ij = np.where(cols[None, :] <= rows[:, None], s_ij, NEG_INF)

@@ -1,0 +1,19 @@
+"""Shared test settings: the hypothesis profiles.
+
+"ci" (the default) keeps the property tests fast (the softmax, attention and validation files
+run in well under a minute on two cores) while still exploring fresh examples on every run;
+a failure prints the blob that replays it (@reproduce_failure). Choose another profile with
+HYPOTHESIS_PROFILE=thorough (many more examples, for a change to the algorithms) or
+HYPOTHESIS_PROFILE=repro (derandomized: the same examples every run).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import settings
+
+settings.register_profile("ci", max_examples=100, deadline=None, derandomize=False, print_blob=True)
+settings.register_profile("repro", max_examples=100, deadline=None, derandomize=True)
+settings.register_profile("thorough", max_examples=1000, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
