@@ -47,7 +47,8 @@ def online_softmax_stats(x, block: int) -> tuple[np.ndarray, np.ndarray]:
         xb = x[..., start : start + block]  # read `block` scores per row
         m_new = np.maximum(m, xb.max(axis=-1))
         m_safe = _finite_or_zero(m_new)
-        l = np.exp(m - m_safe) * l + np.exp(xb - m_safe[..., None]).sum(axis=-1)
+        with np.errstate(over="ignore"):  # x - m may round to -inf: its exp is 0, as it should be
+            l = np.exp(m - m_safe) * l + np.exp(xb - m_safe[..., None]).sum(axis=-1)
         m = m_new
     return m, l
 
@@ -127,10 +128,11 @@ def merge_partials(o1, lse1, o2, lse2) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(
             f"o1 must have shape lse1.shape {lse1.shape} or lse1.shape + (d,), got {o1.shape}"
         )
-    lse = np.logaddexp(lse1, lse2)  # -inf only when both sets are empty
-    lse_safe = _finite_or_zero(lse)
-    w1 = np.exp(lse1 - lse_safe)  # 0 for an empty set, never exp(-inf - (-inf))
-    w2 = np.exp(lse2 - lse_safe)
+    with np.errstate(over="ignore"):  # differences beyond float range: weights of exactly 0
+        lse = np.logaddexp(lse1, lse2)  # -inf only when both sets are empty
+        lse_safe = _finite_or_zero(lse)
+        w1 = np.exp(lse1 - lse_safe)  # 0 for an empty set, never exp(-inf - (-inf))
+        w2 = np.exp(lse2 - lse_safe)
     if o1.ndim > lse1.ndim:
         w1, w2 = w1[..., None], w2[..., None]
     return w1 * o1 + w2 * o2, lse
