@@ -12,13 +12,51 @@ import sys
 from . import pipeline
 
 
+def grade_doc() -> str:
+    from . import grade
+
+    return grade.__doc__
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m graders", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     rel = sub.add_parser("release", help="regenerate the student notebooks from the solutions")
     rel.add_argument("assignments", nargs="*", help="assignment ids (default: all)")
     sub.add_parser("sync-setup", help="rewrite the first (Colab setup) cell of every solution")
+    g = sub.add_parser(
+        "grade",
+        help="autograde a folder of submissions: grades.csv, feedback, report",
+        description=grade_doc(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    g.add_argument("path", help="submitted/<student>/<assignment>/ folders, or a flat folder")
+    g.add_argument("--out", help="where grades, feedback and report go (default: PATH/../graded)")
+    g.add_argument("--jobs", type=int, default=None, help="parallel graders (default: cores)")
+    g.add_argument("--timeout", type=int, default=60, help="seconds one cell may run (60)")
+    g.add_argument(
+        "--assignment",
+        help="grade only this assignment (needed for a flat folder "
+        "whose file names hold no assignment id)",
+    )
+    g.add_argument("--regrade", action="store_true", help="grade again what was graded before")
+    g.add_argument("--memory-gb", type=float, default=6.0, help="memory cap per submission (6)")
     args = parser.parse_args(argv)
+    if args.command == "grade":
+        from .grade import grade
+
+        try:
+            grade(
+                args.path,
+                args.out,
+                jobs=args.jobs,
+                timeout=args.timeout,
+                assignment=args.assignment,
+                regrade=args.regrade,
+                memory_gb=args.memory_gb,
+            )
+        except ValueError as exc:
+            parser.exit(2, f"error: {exc}\n")
     if args.command == "sync-setup":
         for path in pipeline.sync_setup_cells():
             print(f"updated {path.relative_to(pipeline.REPO)}")

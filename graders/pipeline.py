@@ -202,3 +202,24 @@ def sync_setup_cells(root: Path = REPO) -> list[Path]:
             nbformat.write(nb, str(path))
             changed.append(path)
     return changed
+
+
+def feedback(root: Path, assignment: str, student: str) -> Path | None:
+    """Run nbgrader generate_feedback for one graded submission; the HTML file, or None."""
+    api = nbgrader_api(root)
+    with _quiet():
+        result = api.generate_feedback(assignment, student, force=True)
+    html = Path(root) / "feedback" / student / assignment / f"{assignment}.html"
+    return html if result.get("success") and html.exists() else None
+
+
+def max_scores(root: Path) -> dict[str, float]:
+    """{assignment: max score} for the assignments recorded in the gradebook of `root`."""
+    import warnings
+
+    from nbgrader.api import Gradebook
+
+    cfg = load_config(root)
+    with Gradebook(cfg.CourseDirectory.db_url) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {a.name: float(a.max_score) for a in gb.assignments}

@@ -1,0 +1,215 @@
+"""Grade a folder of submissions: nbgrader autograde for each, then grades, feedback and a report.
+
+    python -m graders grade PATH [--out DIR] [--jobs N] [--timeout S] [--assignment A] [--regrade]
+
+Writes into DIR (default: PATH/../graded):
+    grades.csv            one row per student: the score of each assignment and the total
+    grades_by_cell.csv    one row per student, assignment and graded cell, with the misconception
+    feedback/<student>/<assignment>.html
+    report.md, report.html, score_distribution.png, exercise_pass_rates.png, misconceptions.png
+    results/<student>/<assignment>.json   the raw result; kept between runs (see --regrade)
+A result is reused when the submitted file is byte for byte the one graded before, so running the
+command again only grades what is new or changed, and nothing already graded is lost.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from . import pipeline
+from .submissions import Submission, discover
+from .worker import result_path, sha256
+
+DEFAULT_MEMORY_GB = 6.0
+
+
+@dataclass
+class Outcome:
+    results: list[dict]
+    problems: list[str] = field(default_factory=list)
+    out: Path | None = None
+
+
+def _build_template(work: Path, only: list[str]) -> tuple[Path, dict[str, float], dict[str, int]]:
+    """A course directory with the release and a gradebook that knows every assignment."""
+    template = work / "template"
+    shutil.rmtree(template, ignore_errors=True)
+    shutil.copytree(pipeline.REPO / "solutions", template / "solutions")
+    shutil.copytree(pipeline.REPO / "notebooks", template / "notebooks")
+    for assignment in only:
+        pipeline.generate(template, assignment)
+    code_cells = {
+        a: sum(
+            c.cell_type == "code"
+            for c in nbformat.read(template / "notebooks" / a / f"{a}.ipynb", 4).cells
+        )
+        for a in only
+    }
+    return template, pipeline.max_scores(template), code_cells
+
+
+def _limits(memory_gb: float):
+    """preexec_fn for a worker: cap its address space (the kernel inherits the cap)."""
+
+    def apply():
+        try:
+            import resource
+
+            cap = int(memory_gb * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        except (ImportError, ValueError, OSError):  # not on this platform
+            pass
+
+    return apply if os.name == "posix" else None
+
+
+def _run_worker(job: dict, wall_seconds: float, memory_gb: float) -> dict:
+    cmd = [sys.executable, "-m", "graders.worker", json.dumps(job)]
+    base = {
+        "student": job["student"],
+        "assignment": job["assignment"],
+        "source": job["path"],
+        "sha256": sha256(job["path"]),
+        "score": 0.0,
+        "max_score": job["max_score"],
+        "cells": {},
+        "seconds": wall_seconds,
+    }
+    try:
+        proc = subprocess.run(
+            cmd,
+            cwd=pipeline.REPO,
+            capture_output=True,
+            text=True,
+            timeout=wall_seconds,
+            preexec_fn=_limits(memory_gb),
+        )
+    except subprocess.TimeoutExpired:
+        return {
+            **base,
+            "status": "grader-error",
+            "problems": [f"grading took longer than {wall_seconds:.0f} s and was stopped"],
+        }
+    path = result_path(Path(job["out"]), job["student"], job["assignment"])
+    if proc.returncode == 0 and path.exists():
+        return json.loads(path.read_text())
+    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+    return {**base, "status": "grader-error", "problems": [f"the grader itself failed: {tail}"]}
+
+
+def grade(
+    path: Path,
+    out: Path | None = None,
+    *,
+    jobs: int | None = None,
+    timeout: int = 60,
+    assignment: str | None = None,
+    regrade: bool = False,
+    memory_gb: float = DEFAULT_MEMORY_GB,
+    progress: bool = True,
+) -> Outcome:
+    """Grade every submission under `path`; write grades, feedback and the report into `out`."""
+    from tqdm.auto import tqdm
+
+    known = pipeline.assignments()
+    if assignment is not None and assignment not in known:
+        raise ValueError(f"--assignment must be one of {', '.join(known)}, got {assignment!r}")
+    path = Path(path).resolve()
+    out = Path(out).resolve() if out else path.parent / "graded"
+    out.mkdir(parents=True, exist_ok=True)
+    subs, problems = discover(path, known, assignment)
+    if not subs:
+        raise ValueError(f"no submissions found under {path} (see `python -m graders grade -h`)")
+    wanted = sorted({s.assignment for s in subs}, key=known.index)
+    template, max_score, code_cells = _build_template(out / ".work", wanted)
+    results: list[dict] = []
+    todo: list[Submission] = []
+    for sub in subs:
+        old = result_path(out, sub.student, sub.assignment)
+        if not regrade and old.exists():
+            previous = json.loads(old.read_text())
+            if previous.get("sha256") == sha256(sub.path) and previous["status"] != "grader-error":
+                results.append(previous)
+                continue
+        todo.append(sub)
+    jobs = jobs or os.cpu_count() or 1
+    bar = tqdm(total=len(todo), desc="grading", unit="notebook", disable=not progress or not todo)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {}
+        for sub in todo:
+            job = {
+                "student": sub.student,
+                "assignment": sub.assignment,
+                "path": str(sub.path),
+                "template": str(template),
+                "out": str(out),
+                "timeout": timeout,
+                "max_score": max_score.get(sub.assignment, 0.0),
+            }
+            wall = timeout * (code_cells[sub.assignment] + 4) + 60
+            futures[pool.submit(_run_worker, job, wall, memory_gb)] = sub
+        for fut in as_completed(futures):
+            res = fut.result()
+            results.append(res)
+            bar.set_postfix_str(f"{res['student']}/{res['assignment']}: {res['status']}")
+            bar.update()
+    bar.close()
+    shutil.rmtree(out / ".work", ignore_errors=True)
+    results.sort(key=lambda r: (r["student"], known.index(r["assignment"])))
+    from .report import write_outputs
+
+    write_outputs(results, problems, out, wanted, max_score)
+    return Outcome(results, problems, out)
+
+
+def write_csvs(results: list[dict], out: Path, assignments: list[str]) -> None:
+    """grades.csv (one row per student) and grades_by_cell.csv (one row per graded cell)."""
+    students = sorted({r["student"] for r in results})
+    by_key = {(r["student"], r["assignment"]): r for r in results}
+    with open(out / "grades.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["student", *assignments, "total", "max_total", "status", "problems"])
+        for s in students:
+            rows = [by_key.get((s, a)) for a in assignments]
+            scores = [r["score"] if r else "" for r in rows]
+            total = sum(r["score"] for r in rows if r)
+            max_total = sum(r["max_score"] for r in rows if r)
+            status = ";".join(sorted({r["status"] for r in rows if r}))
+            probs = " | ".join(f"{r['assignment']}: {p}" for r in rows if r for p in r["problems"])
+            w.writerow([s, *scores, total, max_total, status, probs])
+    with open(out / "grades_by_cell.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(
+            ["student", "assignment", "cell", "score", "max_score", "misconception", "error"]
+        )
+        for r in results:
+            for gid, c in r["cells"].items():
+                w.writerow(
+                    [
+                        r["student"],
+                        r["assignment"],
+                        gid,
+                        c["score"],
+                        c["max_score"],
+                        c.get("misconception") or "",
+                        c.get("error") or "",
+                    ]
+                )
+
+
+def misconception_counts(results: list[dict]) -> Counter:
+    """How many graded cells named each misconception."""
+    return Counter(
+        c["misconception"] for r in results for c in r["cells"].values() if c.get("misconception")
+    )

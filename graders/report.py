@@ -1,0 +1,141 @@
+"""The class report: score distribution, pass rate per exercise, misconceptions, problems."""
+
+from __future__ import annotations
+
+import base64
+import html
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+
+def _pass_rates(results: list[dict]) -> dict[tuple[str, str], tuple[int, int]]:
+    """{(assignment, cell): (full marks, graded)} over the class."""
+    rates: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for r in results:
+        for gid, c in r["cells"].items():
+            entry = rates[(r["assignment"], gid)]
+            entry[0] += c["score"] >= c["max_score"]
+            entry[1] += 1
+    return {k: (v[0], v[1]) for k, v in sorted(rates.items())}
+
+
+def _save(fig: Figure, path: Path) -> None:
+    fig.savefig(path, format="png", dpi=110)
+
+
+def _plots(results, out: Path, assignments, pass_rates, misconceptions) -> list[Path]:
+    paths = []
+    fig = Figure(figsize=(7, 3.5), layout="constrained")
+    ax = fig.subplots()
+    data = [
+        [
+            100 * r["score"] / r["max_score"]
+            for r in results
+            if r["assignment"] == a and r["max_score"]
+        ]
+        for a in assignments
+    ]
+    ax.hist(data, bins=[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.001], label=assignments)
+    ax.set(xlabel="score (% of the assignment's points)", ylabel="submissions")
+    ax.set_title("Score distribution")
+    ax.legend(fontsize=8)
+    paths.append(out / "score_distribution.png")
+    _save(fig, paths[-1])
+
+    fig = Figure(figsize=(7, 0.35 * max(4, len(pass_rates)) + 1), layout="constrained")
+    ax = fig.subplots()
+    labels = [f"{a} / {gid}" for a, gid in pass_rates]
+    values = [100 * ok / n for ok, n in pass_rates.values()]
+    ax.barh(labels[::-1], values[::-1], color="tab:green")
+    ax.set(xlim=(0, 100), xlabel="% of submissions with full marks", title="Pass rate per exercise")
+    paths.append(out / "exercise_pass_rates.png")
+    _save(fig, paths[-1])
+
+    fig = Figure(figsize=(7, 0.35 * max(4, len(misconceptions)) + 1), layout="constrained")
+    ax = fig.subplots()
+    if misconceptions:
+        names, counts = zip(*misconceptions.most_common(), strict=True)
+        ax.barh(list(names)[::-1], list(counts)[::-1], color="tab:purple")
+    else:
+        ax.text(0.5, 0.5, "no named misconception was seen", ha="center", va="center")
+    ax.set(xlabel="failed test cells that named it", title="Misconceptions seen")
+    paths.append(out / "misconceptions.png")
+    _save(fig, paths[-1])
+    return paths
+
+
+def summary_lines(results, problems, assignments, pass_rates, misconceptions) -> list[str]:
+    """The plain-text summary printed at the end of a grading run."""
+    lines = [f"Graded {len(results)} notebooks of {len({r['student'] for r in results})} students."]
+    for a in assignments:
+        rows = [r for r in results if r["assignment"] == a]
+        if not rows:
+            continue
+        scores = [r["score"] for r in rows]
+        top = rows[0]["max_score"]
+        lines.append(
+            f"  {a}: mean {statistics.mean(scores):.2f} / {top:g}, median "
+            f"{statistics.median(scores):g}, full marks {sum(s >= top for s in scores)}/{len(rows)}"
+        )
+    lines.append("Pass rate per exercise:")
+    for (a, gid), (ok, n) in pass_rates.items():
+        lines.append(f"  {a} / {gid}: {ok}/{n} ({100 * ok / n:.0f}%)")
+    if misconceptions:
+        lines.append("Misconceptions seen (failed test cells):")
+        lines += [f"  {name}: {count}" for name, count in misconceptions.most_common()]
+    flagged = [(r["student"], r["assignment"], p) for r in results for p in r["problems"]]
+    if flagged or problems:
+        lines.append("Problems (by student and cell):")
+        lines += [f"  {s}/{a}: {p}" for s, a, p in flagged]
+        lines += [f"  {p}" for p in problems]
+    return lines
+
+
+def write_outputs(results, problems, out: Path, assignments, max_score) -> list[str]:
+    """Write the CSVs, plots and report files; print and return the summary."""
+    from .grade import misconception_counts, write_csvs
+
+    write_csvs(results, out, assignments)
+    pass_rates = _pass_rates(results)
+    misconceptions = misconception_counts(results)
+    pngs = _plots(results, out, assignments, pass_rates, misconceptions)
+    lines = summary_lines(results, problems, assignments, pass_rates, misconceptions)
+    md = ["# Grading report", "", "```", *lines, "```", ""]
+    md += [f"![{p.stem}]({p.name})" for p in pngs]
+    (out / "report.md").write_text("\n".join(md) + "\n")
+    imgs = "".join(
+        f'<p><img alt="{p.stem}" src="data:image/png;base64,'
+        f'{base64.b64encode(p.read_bytes()).decode()}"></p>'
+        for p in pngs
+    )
+    rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(x))}</td>"
+            for x in (
+                r["student"],
+                r["assignment"],
+                f"{r['score']:g} / {r['max_score']:g}",
+                r["status"],
+                r.get("feedback", ""),
+                "; ".join(r["problems"]),
+            )
+        )
+        + "</tr>"
+        for r in results
+    )
+    page = (
+        "<!doctype html><meta charset='utf-8'><title>Grading report</title>"
+        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
+        "td,th{border:1px solid #ccc;padding:2px 6px}table{border-collapse:collapse}</style>"
+        f"<h1>Grading report</h1><pre>{html.escape(chr(10).join(lines))}</pre>{imgs}"
+        "<h2>Submissions</h2><table><tr><th>student</th><th>assignment</th><th>score</th>"
+        f"<th>status</th><th>feedback</th><th>problems</th></tr>{rows}</table>"
+    )
+    (out / "report.html").write_text(page)
+    print("\n".join(lines))
+    print(f"Grades, feedback and the report are in {out}")
+    return lines

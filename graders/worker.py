@@ -1,0 +1,136 @@
+"""Grade one submission in a scratch course directory (run as a subprocess by graders.grade).
+
+    python -m graders.worker '{"student": ..., "assignment": ..., "path": ..., "template": ...,
+                               "out": ..., "timeout": ...}'
+
+Each submission gets its own copy of the course directory and gradebook, so a submission that
+crashes, hangs or fills memory cannot touch another one. The result is written as JSON to
+<out>/results/<student>/<assignment>.json and printed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+from . import pipeline
+from .submissions import find_tampering, read_notebook, restore_locked_cells, truncate_outputs
+
+MISCONCEPTION = re.compile(r"\[misconception: ([a-z0-9-]+)\]")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def result_path(out: Path, student: str, assignment: str) -> Path:
+    return Path(out) / "results" / student / f"{assignment}.json"
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _cell_reports(nb) -> dict[str, dict]:
+    """Per graded cell: the error it raised (first line) and the misconception it names."""
+    reports = {}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not meta.get("grade") or cell.cell_type != "code":
+            continue
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        text = ""
+        if errors:
+            err = errors[0]
+            text = ANSI.sub("", f"{err.get('ename', '')}: {err.get('evalue', '')}")
+        slugs = MISCONCEPTION.findall(text)
+        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+        reports[meta["grade_id"]] = {
+            "error": first[:300],
+            "misconception": slugs[0] if slugs else None,
+        }
+    return reports
+
+
+def grade_one(job: dict) -> dict:
+    """Autograde one submission; never raises for a problem of the submission itself."""
+    student, assignment = job["student"], job["assignment"]
+    out, template = Path(job["out"]), Path(job["template"])
+    result = {
+        "student": student,
+        "assignment": assignment,
+        "source": str(job["path"]),
+        "sha256": sha256(job["path"]),
+        "status": "graded",
+        "score": 0.0,
+        "max_score": job.get("max_score", 0.0),
+        "cells": {},
+        "problems": [],
+        "seconds": 0.0,
+    }
+    start = time.perf_counter()
+    scratch = out / ".work" / f"{student}__{assignment}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    shutil.copytree(template, scratch)
+    try:
+        nb = read_notebook(job["path"])
+    except ValueError as exc:
+        result.update(status="invalid-notebook", problems=[str(exc)])
+        return _finish(result, start, out)
+    release = nbformat.read(scratch / "notebooks" / assignment / f"{assignment}.ipynb", 4)
+    for gid in restore_locked_cells(nb, release):
+        result["problems"].append(f"cell {gid}: locked cell was deleted; restored from the release")
+    tampering = find_tampering(nb)
+    pipeline.submit(scratch, student, assignment, nb)
+    outcome = pipeline.autograde(scratch, assignment, student, timeout=job.get("timeout"))
+    if not outcome.get("success"):
+        log = outcome.get("error") or outcome.get("log") or ""
+        tail = "\n".join(log.strip().splitlines()[-3:])
+        result.update(status="autograde-failed")
+        result["problems"].append(f"nbgrader autograde failed: {tail}")
+        return _finish(result, start, out)
+    graded_nb_path = scratch / "autograded" / student / assignment / f"{assignment}.ipynb"
+    graded_nb = nbformat.read(graded_nb_path, 4)
+    for gid in truncate_outputs(graded_nb):
+        result["problems"].append(f"cell {gid}: very long output, cut in the feedback")
+    nbformat.write(graded_nb, str(graded_nb_path))
+    got = pipeline.scores(scratch, assignment)[student]
+    reports = _cell_reports(graded_nb)
+    for gid, (score, max_score) in got["cells"].items():
+        rep = reports.get(gid, {})
+        if score is not None and max_score:
+            result["cells"][gid] = {"score": score, "max_score": max_score, **rep}
+    result["score"], result["max_score"] = got["score"], got["max_score"]
+    for cell in graded_nb.cells:
+        died = [o for o in cell.get("outputs", []) if o.get("ename") == "KernelDied"]
+        if died and "not run" not in died[0].get("evalue", ""):
+            gid = cell.metadata.get("nbgrader", {}).get("grade_id", "an answer cell")
+            result["problems"].append(f"cell {gid}: the kernel died here; later cells scored 0")
+    if tampering:
+        result["status"] = "needs-review"
+        result["problems"] += [f"tampering, score withheld: {t}" for t in tampering]
+        result["score"] = 0.0
+    feedback = pipeline.feedback(scratch, assignment, student)
+    if feedback is not None:
+        dest = out / "feedback" / student / f"{assignment}.html"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(feedback, dest)
+        result["feedback"] = str(dest.relative_to(out))
+    return _finish(result, start, out)
+
+
+def _finish(result: dict, start: float, out: Path) -> dict:
+    result["seconds"] = round(time.perf_counter() - start, 2)
+    path = result_path(out, result["student"], result["assignment"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    shutil.rmtree(out / ".work" / f"{result['student']}__{result['assignment']}", True)
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(grade_one(json.loads(sys.argv[1]))))
