@@ -71,8 +71,11 @@ class LiveFigure:
         state.update(self.extra)
         return state
 
-    def _update(self, changes: dict) -> None:
-        self.extra.update(changes or {})
+    def _update(self, changes: dict | None) -> None:
+        """Apply a button's changes to the extra state; None means it set controls itself."""
+        if changes is None:  # a control change already redrew the picture
+            return
+        self.extra.update(changes)
         self.refresh()
 
     def refresh(self) -> None:

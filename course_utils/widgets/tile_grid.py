@@ -454,7 +454,7 @@ def tile_grid_figure(
 
     def advance(state):
         step_w.value = 0 if step_w.value >= step_w.max else step_w.value + 1
-        return {}
+        return None  # the slider change redraws
 
     live = LiveFigure(
         {"mode": mode_w, "causal": causal_w, "step": step_w},
