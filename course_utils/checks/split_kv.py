@@ -1,0 +1,666 @@
+"""Checks of notebook 05 (split-KV decoding): split_kv_partials, split_kv_decode, decode_grid.
+
+At decode time one query meets a KV cache of Nk keys. Split-KV (flash-decoding) cuts the cache
+into num_splits contiguous chunks of ceil(Nk / num_splits) keys (the last one shorter, trailing
+ones empty when there are more chunks than the keys fill), computes a partial (o, lse) per chunk
+in its own thread block, and merges the partials with the lse merge:
+
+    lse = log sum_s e^lse_s,    o = sum_s e^(lse_s - lse) o_s.
+
+Each check runs the learner's function on cases ordered from the lesson's hand example to random
+inputs, compares with course_utils (split_kv_partials, attention_reference, the SM-fill model)
+and, on a mismatch, names the misconception whose buggy implementation reproduces the output.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import attention_reference
+from .. import split_kv_partials as _reference_partials
+from ..roofline import H100_SXM
+from ..widgets.sm_fill import sm_fill_state
+from ._core import NAN_MISTAKE, Case, Mistake, check_answer, run_cases
+
+NEG_INF = -np.inf
+LN = np.log
+NUM_SMS = H100_SXM.num_sms  # 132
+
+
+# ---------------------------------------------------------------------------------------------
+# Buggy building blocks (written here: the buggy functions must not call course_utils'
+# references, or a test that runs them as a learner's answer would see calls-reference)
+# ---------------------------------------------------------------------------------------------
+
+
+def _chunk_stats(q, k_s, v_s, *, scale=True, lse_rule="right", empty="zero", normalize=True):
+    """(o, lse) of one query (d,) over one chunk of keys (c, d) and values (c, dv).
+
+    lse_rule: "right" (m + ln l), "log2" (m + log2 l), "max" (m alone).
+    empty: how a chunk without keys is returned: "zero" (o = 0, lse = -inf, right),
+        "nan" (o = 0/0, the unguarded division), "lse0" (o = 0, lse = 0: mass 1).
+    normalize: False returns the unnormalized acc = sum_j e^(s_j - m) v_j instead of acc / l.
+    """
+    dv = v_s.shape[1]
+    if len(k_s) == 0:
+        if empty == "nan":
+            return np.full(dv, np.nan), NEG_INF
+        return np.zeros(dv), (0.0 if empty == "lse0" else NEG_INF)
+    tau = 1 / np.sqrt(q.shape[0]) if scale else 1.0
+    s = tau * (k_s @ q)  # (c,)
+    m = s.max()
+    p = np.exp(s - m)
+    l = p.sum()
+    acc = p @ v_s  # (dv,)
+    lse = {"right": m + np.log(l), "log2": m + np.log2(l), "max": m}[lse_rule]
+    return (acc / l if normalize else acc), float(lse)
+
+
+def _chunk_bounds(nk: int, num_splits: int, rule: str = "ceil") -> list[tuple[int, int]]:
+    """[start, stop) of each chunk.
+
+    "ceil": ceil(nk / k) keys each, the last shorter (right). "floor": nk // k keys each, the
+    ragged tail dropped. "floor-rest": nk // k keys each, the last chunk takes the rest.
+    "balanced": np.array_split's sizes (the first nk % k chunks one key longer).
+    """
+    if rule == "ceil":
+        size = -(-nk // num_splits)
+        return [(min(s * size, nk), min((s + 1) * size, nk)) for s in range(num_splits)]
+    if rule == "floor":
+        size = nk // num_splits
+        return [(s * size, (s + 1) * size) for s in range(num_splits)]
+    if rule == "floor-rest":
+        size = nk // num_splits
+        bounds = [(s * size, (s + 1) * size) for s in range(num_splits)]
+        bounds[-1] = (bounds[-1][0], nk)
+        return bounds
+    if rule == "balanced":
+        edges = np.cumsum([0] + [len(a) for a in np.array_split(np.arange(nk), num_splits)])
+        return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    raise ValueError(rule)
+
+
+def _buggy_partials(rule="ceil", **stats):
+    """A buggy split_kv_partials(q, K, V, num_splits) with the given chunking and chunk stats."""
+
+    def split_kv_partials(q, K, V, num_splits):
+        q, K, V = (np.asarray(a, dtype=np.float64) for a in (q, K, V))
+        out = np.zeros((num_splits, V.shape[1]))
+        lse = np.full(num_splits, NEG_INF)
+        for s, (a, b) in enumerate(_chunk_bounds(len(K), num_splits, rule)):
+            out[s], lse[s] = _chunk_stats(q, K[a:b], V[a:b], **stats)
+        return out, lse
+
+    return split_kv_partials
+
+
+def _merge_all(out_partial, lse_partial):
+    """The right merge of k partials at once: weights e^(lse_s - lse), guarded for -inf."""
+    lse = np.logaddexp.reduce(lse_partial)
+    if lse == NEG_INF:
+        return np.zeros(out_partial.shape[1]), float(lse)
+    w = np.exp(lse_partial - lse)  # (k,), 0 for an empty chunk
+    return w @ out_partial, float(lse)
+
+
+def _merge_all_base2(out_partial, lse_partial):
+    """Weights 2^(lse_s - lse) with lse = log2 sum 2^lse_s: the base-2 merge."""
+    lse = np.logaddexp2.reduce(lse_partial)
+    if lse == NEG_INF:
+        return np.zeros(out_partial.shape[1]), float(lse)
+    return np.exp2(lse_partial - lse) @ out_partial, float(lse)
+
+
+def _buggy_decode(partials=None, merge=_merge_all):
+    """A buggy split_kv_decode: partials (a split_kv_partials) combined by merge(o_s, lse_s)."""
+    partials = partials or _buggy_partials()
+
+    def split_kv_decode(q, K, V, num_splits):
+        return merge(*partials(q, K, V, num_splits))
+
+    return split_kv_decode
+
+
+def _plain_mean(out_partial, lse_partial):
+    return out_partial.mean(axis=0), float(np.logaddexp.reduce(lse_partial))
+
+
+def _plain_mean_nonempty(out_partial, lse_partial):
+    keep = np.isfinite(lse_partial)
+    return out_partial[keep].mean(axis=0), float(np.logaddexp.reduce(lse_partial))
+
+
+def _pairwise_average(out_partial, lse_partial):
+    """o = (o + o_s) / 2 chunk after chunk, starting from the first chunk."""
+    o = out_partial[0]
+    for o_s in out_partial[1:]:
+        o = (o + o_s) / 2
+    return o, float(np.logaddexp.reduce(lse_partial))
+
+
+def _sum_of_outputs(out_partial, lse_partial):
+    return out_partial.sum(axis=0), float(np.logaddexp.reduce(lse_partial))
+
+
+def _empty_weight_one_over_k(out_partial, lse_partial):
+    """Non-empty chunks weighted by their share, each empty chunk by 1/k, then renormalized."""
+    k = len(lse_partial)
+    lse = np.logaddexp.reduce(lse_partial)
+    if lse == NEG_INF:
+        return np.zeros(out_partial.shape[1]), float(lse)
+    w = np.where(np.isneginf(lse_partial), 1.0 / k, np.exp(lse_partial - lse))
+    return (w @ out_partial) / w.sum(), float(lse)
+
+
+def _lse_max(out_partial, lse_partial):
+    o, _ = _merge_all(out_partial, lse_partial)
+    return o, float(lse_partial.max())
+
+
+def _skip_last(out_partial, lse_partial):
+    if len(lse_partial) == 1:
+        return np.zeros(out_partial.shape[1]), NEG_INF
+    return _merge_all(out_partial[:-1], lse_partial[:-1])
+
+
+def _skip_first(out_partial, lse_partial):
+    if len(lse_partial) == 1:
+        return np.zeros(out_partial.shape[1]), NEG_INF
+    return _merge_all(out_partial[1:], lse_partial[1:])
+
+
+def _only_if_wrong(fn, reference):
+    """fn, refusing (by raising) the inputs where it agrees with the reference.
+
+    A mistake that is right on an input (no ragged tail, no empty chunk, d = 1) must not be
+    named there: a learner whose result is merely close to the reference would match it.
+    """
+
+    def buggy(*args, **kwargs):
+        theirs, expected = fn(*args, **kwargs), reference(*args, **kwargs)
+        if not isinstance(theirs, tuple):
+            theirs, expected = (theirs,), (expected,)
+        if all(
+            np.shape(t) == np.shape(e) and np.allclose(t, e, rtol=1e-12, atol=1e-12)
+            for t, e in zip(theirs, expected, strict=True)
+        ):
+            raise ValueError("this mistake gives the right answer on this input")
+        return theirs if len(theirs) > 1 else theirs[0]
+
+    buggy.raw = fn  # the buggy implementation itself (the tests run it as a learner's answer)
+    return buggy
+
+
+# ---------------------------------------------------------------------------------------------
+# The named mistakes
+# ---------------------------------------------------------------------------------------------
+
+_DROPPED_TAIL = (
+    "dropped-tail",
+    "chunks of floor(Nk / k) keys: the ragged tail of the KV cache is never read",
+    "With Nk = 10 keys and k = 4 chunks, floor gives 2 keys per chunk and keys 8 and 9 belong to "
+    "no chunk. Use chunk = ceil(Nk / k) = -(-Nk // k) keys: the last chunk is shorter and "
+    "K[s * chunk : (s + 1) * chunk] simply stops at the end of the cache.",
+)
+_NAN = (
+    NAN_MISTAKE.slug,
+    "NaN from an empty chunk (0 / 0, or exp(-inf - (-inf)))",
+    "With more chunks than the keys fill (k > Nk, or Nk = 4, k = 3: chunks of 2, 2 and 0 keys) a "
+    "chunk has no keys. Its partial is o = 0 and lse = -inf: weight 0 in the merge. Test "
+    "len(k_s) == 0 first; never divide by an l of 0 or compute max() of an empty array.",
+)
+_EMPTY_WEIGHT = (
+    "empty-chunk-weight",
+    "an empty chunk counted with a weight that is not 0",
+    "A chunk without keys holds none of the softmax mass: its lse is log(0) = -inf, so its "
+    "weight e^(lse_s - lse) is 0. Returning lse = 0 (mass 1) for it, or giving it a share 1/k, "
+    "shrinks the other chunks' weights.",
+)
+_SCALE = (
+    "missing-softmax-scale",
+    "scores not scaled by 1/sqrt(d)",
+    "Attention scores are tau q.k with tau = 1/sqrt(d), as in cu.attention_reference. Compute "
+    "s = (k_s @ q) / np.sqrt(d) in every chunk.",
+)
+_BASE2 = (
+    "base2-lse",
+    "a chunk's lse in base 2 (m + log2 l), or a base-2 merge",
+    "lse is a natural log: lse_s = m + np.log(l), and the merge uses np.exp and np.logaddexp. "
+    "np.log2 / np.exp2 belong to kernels that keep every score in base 2 (scaled by log2 e); "
+    "mixing the bases gives each chunk the wrong share of the mass.",
+)
+_M_NOT_LSE = (
+    "m-not-lse",
+    "the chunk's max score used as its lse",
+    "A chunk's lse is m + log(l) = log sum_j e^s_j, not its max m: the max forgets how many keys "
+    "share the mass. Return lse_s = m + np.log(l).",
+)
+_UNNORMALIZED = (
+    "unnormalized-partial",
+    "the chunk's output not divided by its l",
+    "out_partial[s] is the softmax average over the chunk: acc / l with acc = sum_j e^(s_j - m) "
+    "v_j and l = sum_j e^(s_j - m). The merge needs normalized partials; the weights e^(lse_s - "
+    "lse) carry each chunk's mass.",
+)
+_CHUNK_SIZE = (
+    "chunk-size",
+    "chunks of another size than ceil(Nk / k) (np.array_split, or the last chunk taking the rest)",
+    "Each chunk holds ceil(Nk / k) keys, fewer only where the cache runs out (the last chunks "
+    "may be short or empty), as a flash-decoding kernel gives each thread block the same number "
+    "of keys: Nk = 10 and k = 4 give chunks of 3, 3, 3, 1 keys (np.array_split: 3, 3, 2, 2). "
+    "Chunk s is K[s * chunk : (s + 1) * chunk] with chunk = -(-Nk // k).",
+)
+_PLAIN = (
+    "plain-average",
+    "plain average of the chunks' outputs",
+    "Each chunk's o is an average over its own keys; a chunk with more softmax mass (a larger "
+    "lse) must count more, and an empty chunk not at all. Merge with weights e^(lse_s - lse), "
+    "e.g. with merge_partials, one chunk after the other.",
+)
+_ADD = (
+    "normalize-then-add",
+    "adding the normalized outputs of the chunks",
+    "Each chunk's o is already normalized over its own chunk, so their sum counts the values once "
+    "per chunk. Weight each by its share of the mass, e^(lse_s - lse); the weights add up to 1.",
+)
+_LSE_MAX = (
+    "lse-max",
+    "merged lse = max of the chunks' lse",
+    "The merged lse is log sum_s e^lse_s: the largest lse alone forgets the other chunks' mass. "
+    "merge_partials (np.logaddexp) computes it stably.",
+)
+_SKIPS = (
+    "skips-a-chunk",
+    "the first or the last chunk never enters the merge",
+    "Every chunk must be merged. Start from the first partial (or from the empty result o = 0, "
+    "lse = -inf, the merge's identity) and merge each remaining chunk in turn: "
+    "for s in range(1, num_splits).",
+)
+
+
+def _mistakes(specs, reference) -> list[Mistake]:
+    return [
+        Mistake(slug, title, explanation, _only_if_wrong(fn, reference))
+        for (slug, title, explanation), fns in specs
+        for fn in fns
+    ]
+
+
+def _partials_reference(q, K, V, num_splits):
+    return _reference_partials(q, K, V, num_splits)
+
+
+def _decode_reference(q, K, V, num_splits):
+    """Full attention of the one query over the whole cache: o (dv,), lse ()."""
+    O, lse = attention_reference(np.asarray(q, dtype=np.float64)[None, :], K, V)
+    return O[0], lse[0]
+
+
+PARTIALS_MISTAKES: list[Mistake] = _mistakes(
+    [
+        (_DROPPED_TAIL, [_buggy_partials("floor")]),
+        (_CHUNK_SIZE, [_buggy_partials("balanced"), _buggy_partials("floor-rest")]),
+        (_NAN, [_buggy_partials(empty="nan")]),
+        (_EMPTY_WEIGHT, [_buggy_partials(empty="lse0")]),
+        (_SCALE, [_buggy_partials(scale=False)]),
+        (_BASE2, [_buggy_partials(lse_rule="log2")]),
+        (_M_NOT_LSE, [_buggy_partials(lse_rule="max")]),
+        (_UNNORMALIZED, [_buggy_partials(normalize=False)]),
+    ],
+    _partials_reference,
+)
+
+DECODE_MISTAKES: list[Mistake] = _mistakes(
+    [
+        (
+            _PLAIN,
+            [
+                _buggy_decode(merge=_plain_mean),
+                _buggy_decode(merge=_plain_mean_nonempty),
+                _buggy_decode(merge=_pairwise_average),
+            ],
+        ),
+        (_ADD, [_buggy_decode(merge=_sum_of_outputs)]),
+        (
+            _EMPTY_WEIGHT,
+            [
+                _buggy_decode(_buggy_partials(empty="lse0")),
+                _buggy_decode(merge=_empty_weight_one_over_k),
+            ],
+        ),
+        (_DROPPED_TAIL, [_buggy_decode(_buggy_partials("floor"))]),
+        (_SCALE, [_buggy_decode(_buggy_partials(scale=False))]),
+        (
+            _BASE2,
+            [
+                _buggy_decode(_buggy_partials(lse_rule="log2")),
+                _buggy_decode(merge=_merge_all_base2),
+                _buggy_decode(_buggy_partials(lse_rule="log2"), _merge_all_base2),
+            ],
+        ),
+        (_M_NOT_LSE, [_buggy_decode(_buggy_partials(lse_rule="max"))]),
+        (_UNNORMALIZED, [_buggy_decode(_buggy_partials(normalize=False))]),
+        (_LSE_MAX, [_buggy_decode(merge=_lse_max)]),
+        (_SKIPS, [_buggy_decode(merge=_skip_last), _buggy_decode(merge=_skip_first)]),
+        (_NAN, [_buggy_decode(_buggy_partials(empty="nan"))]),
+    ],
+    _decode_reference,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases shared by the two split-KV checks
+# ---------------------------------------------------------------------------------------------
+
+
+def _lesson_qkv():
+    """One query whose scores are (ln 2, 0, ln 8, ln 4) (d = 1, tau = 1), values (1, 2, 3, 4)."""
+    q = np.array([1.0])
+    K = np.log([[2.0], [1.0], [8.0], [4.0]])
+    V = np.array([[1.0], [2.0], [3.0], [4.0]])
+    return q, K, V
+
+
+def _random_qkv(rng, nk: int, d: int, dv: int, sharpness: float = 1.0):
+    q = sharpness * rng.normal(size=d)
+    return q, rng.normal(size=(nk, d)), rng.normal(size=(nk, dv))
+
+
+def _split_cases(seed, trials: int) -> list[Case]:
+    q, K, V = _lesson_qkv()
+    fixed = np.random.default_rng(2023)  # the fixed cases do not depend on seed
+    q1, K1, V1 = _random_qkv(fixed, 1, 4, 3)
+    q10, K10, V10 = _random_qkv(fixed, 10, 4, 2, sharpness=2.0)
+    q37, K37, V37 = _random_qkv(fixed, 37, 8, 5, sharpness=3.0)
+    q5, K5, V5 = _random_qkv(fixed, 5, 3, 2, sharpness=2.0)
+    cases = [
+        Case(
+            "the lesson's example: scores (ln 2, 0, ln 8, ln 4), values 1..4, k = 2 chunks of 2",
+            (q, K, V, 2),
+        ),
+        Case("the lesson's example, k = 1 (one chunk: the whole cache)", (q, K, V, 1)),
+        Case(
+            "the lesson's example, k = 3: chunks of ceil(4/3) = 2, 2 and 0 keys (one empty)",
+            (q, K, V, 3),
+        ),
+        Case(
+            "the lesson's example, k = 6 > 4 keys: four chunks of 1 key, two empty",
+            (q, K, V, 6),
+        ),
+        Case("one key, d = 4, k = 3: one chunk of 1 key, two empty", (q1, K1, V1, 3)),
+        Case("5 keys, d = 3, k = 2: chunks of 3 and 2 keys (ragged)", (q5, K5, V5, 2)),
+        Case("10 keys, d = 4, k = 4: chunks of 3, 3, 3, 1 keys (ragged)", (q10, K10, V10, 4)),
+        Case("37 keys, d = 8, k = 5: chunks of 8, 8, 8, 8, 5 keys", (q37, K37, V37, 5)),
+        Case("37 keys, d = 8, k = 37: one key per chunk", (q37, K37, V37, 37)),
+    ]
+    rng = np.random.default_rng(seed)
+    for t in range(trials):
+        nk = int(rng.integers(1, 65))
+        k = int(rng.choice([rng.integers(1, 9), rng.integers(1, nk + 1), rng.integers(nk, nk + 6)]))
+        d, dv = int(rng.integers(1, 9)), int(rng.integers(1, 6))
+        sharpness = float(rng.choice([1.0, 3.0, 10.0]))  # flat and sharp softmaxes
+        chunk = -(-nk // k)
+        label = (
+            f"random case {t + 1}: {nk} keys, d = {d}, dv = {dv}, k = {k} "
+            f"(chunks of {chunk}, {sum(1 for s in range(k) if s * chunk >= nk)} empty)"
+        )
+        cases.append(Case(label, (*_random_qkv(rng, nk, d, dv, sharpness), k)))
+    return cases
+
+
+def check_split_kv_partials(fn, seed: int | None = 0, trials: int = 20) -> None:
+    """Check split_kv_partials(q, K, V, num_splits) -> (out_partial, lse_partial).
+
+    q (d,), K (Nk, d), V (Nk, dv); out_partial (num_splits, dv), lse_partial (num_splits,),
+    compared with course_utils.split_kv_partials. Cases: the lesson's example with k = 2, 1, 3, 6
+    (empty chunks), one key, ragged chunks, one key per chunk, then `trials` random cases
+    (seed=None: fresh ones).
+    """
+    run_cases(
+        "split_kv_partials",
+        fn,
+        _partials_reference,
+        _split_cases(seed, trials),
+        outputs=("out_partial", "lse_partial"),
+        mistakes=PARTIALS_MISTAKES,
+        summary="ragged last chunks, empty chunks, k from 1 to more than Nk",
+    )
+
+
+def check_split_kv_decode(fn, seed: int | None = 0, trials: int = 20) -> None:
+    """Check split_kv_decode(q, K, V, num_splits) -> (o, lse) against full attention.
+
+    o (dv,) and lse () must equal cu.attention_reference over all the keys, for every number of
+    chunks. The learner may call merge_partials (their own, or cu.merge_partials).
+    """
+    run_cases(
+        "split_kv_decode",
+        fn,
+        _decode_reference,
+        _split_cases(seed, trials),
+        outputs=("o", "lse"),
+        mistakes=DECODE_MISTAKES,
+        summary="k = 1, k > Nk, ragged and empty chunks, against full attention",
+        allow=("merge_partials",),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# check_decode_grid
+# ---------------------------------------------------------------------------------------------
+
+
+def _grid_reference(batch, heads, num_splits, num_sms=NUM_SMS):
+    st = sm_fill_state(batch, heads, num_splits, num_sms=num_sms)
+    return st.blocks, st.busy_sms, st.waves
+
+
+def _grid_with(blocks_rule="right", busy_rule="right", waves_rule="right"):
+    def decode_grid(batch, heads, num_splits, num_sms=NUM_SMS):
+        blocks = {
+            "right": batch * heads * num_splits,
+            "no-splits": batch * heads,
+            "no-batch": heads * num_splits,
+        }[blocks_rule]
+        busy = {"right": min(blocks, num_sms), "blocks": blocks, "all": num_sms}[busy_rule]
+        waves = {
+            "right": math.ceil(blocks / num_sms),
+            "floor": blocks // num_sms,
+            "fraction": blocks / num_sms,
+        }[waves_rule]
+        return blocks, busy, waves
+
+    return decode_grid
+
+
+GRID_MISTAKES: list[Mistake] = _mistakes(
+    [
+        (
+            (
+                "ignores-splits",
+                "blocks = batch x heads: the chunks of the KV cache are not counted",
+                "With split-KV every (sequence, head, chunk) gets its own thread block: "
+                "blocks = batch * heads * num_splits.",
+            ),
+            [_grid_with(blocks_rule="no-splits")],
+        ),
+        (
+            (
+                "ignores-batch",
+                "blocks = heads x num_splits: the batch is not counted",
+                "Each sequence of the batch has its own KV cache and its own query: "
+                "blocks = batch * heads * num_splits.",
+            ),
+            [_grid_with(blocks_rule="no-batch")],
+        ),
+        (
+            (
+                "busy-exceeds-sms",
+                "more busy SMs than the GPU has",
+                "An SM runs one of these thread blocks at a time (in this model), so at most "
+                "num_sms are busy: busy_sms = min(blocks, num_sms). The other blocks wait for a "
+                "later wave.",
+            ),
+            [_grid_with(busy_rule="blocks")],
+        ),
+        (
+            (
+                "all-sms-busy",
+                "every SM counted as busy, whatever the number of blocks",
+                "With fewer blocks than SMs the rest of the SMs have nothing to do: "
+                "busy_sms = min(blocks, num_sms).",
+            ),
+            [_grid_with(busy_rule="all")],
+        ),
+        (
+            (
+                "waves-floor",
+                "waves rounded down",
+                "A partly filled last wave is still a wave: waves = ceil(blocks / num_sms), "
+                "-(-blocks // num_sms) in integers. 64 blocks on 132 SMs is 1 wave, not 0.",
+            ),
+            [_grid_with(waves_rule="floor")],
+        ),
+        (
+            (
+                "fractional-waves",
+                "waves not rounded up to a whole number",
+                "Blocks run in whole waves: waves = ceil(blocks / num_sms), an integer "
+                "(512 blocks on 132 SMs: 3.88, so 4 waves).",
+            ),
+            [_grid_with(waves_rule="fraction")],
+        ),
+    ],
+    _grid_reference,
+)
+
+
+def _grid_cases(seed, trials: int) -> list[Case]:
+    cases = [
+        Case("the lesson: batch 1, 32 heads, no split (k = 1)", (1, 32, 1)),
+        Case("check yourself 5: batch 4, 16 heads, no split", (4, 16, 1)),
+        Case("check yourself 5: batch 4, 16 heads, 8 chunks", (4, 16, 8)),
+        Case("batch 1, 32 heads, 4 chunks: 128 blocks, 4 SMs idle", (1, 32, 4)),
+        Case("batch 1, 32 heads, 5 chunks: 160 blocks, a second wave of 28", (1, 32, 5)),
+        Case("batch 1, 12 heads, 11 chunks: exactly 132 blocks", (1, 12, 11)),
+        Case("batch 64, 32 heads, no split: a large batch", (64, 32, 1)),
+        Case("an A100 (108 SMs): batch 2, 16 heads, 4 chunks", (2, 16, 4), {"num_sms": 108}),
+        Case("a GPU with 10 SMs: batch 3, 1 head, 3 chunks", (3, 1, 3), {"num_sms": 10}),
+    ]
+    rng = np.random.default_rng(seed)
+    for t in range(trials):
+        batch = int(rng.choice([1, 2, 4, 8, 16, 64, int(rng.integers(1, 100))]))
+        heads = int(rng.choice([1, 8, 16, 32, 40, 64, int(rng.integers(1, 100))]))
+        k = int(rng.choice([1, 2, 4, 8, 16, int(rng.integers(1, 65))]))
+        sms = int(rng.choice([132, 132, 108, 80, int(rng.integers(1, 200))]))
+        cases.append(
+            Case(
+                f"random case {t + 1}: batch {batch}, {heads} heads, {k} chunks, {sms} SMs",
+                (batch, heads, k),
+                {"num_sms": sms},
+            )
+        )
+    return cases
+
+
+def check_decode_grid(fn, seed: int | None = 0, trials: int = 20) -> None:
+    """Check decode_grid(batch, heads, num_splits, num_sms=132) -> (blocks, busy_sms, waves).
+
+    blocks = batch * heads * num_splits thread blocks, busy_sms = min(blocks, num_sms) SMs busy
+    in the first wave, waves = ceil(blocks / num_sms).
+    """
+    run_cases(
+        "decode_grid",
+        fn,
+        _grid_reference,
+        _grid_cases(seed, trials),
+        outputs=("blocks", "busy_sms", "waves"),
+        mistakes=GRID_MISTAKES,
+        summary="the lesson's cases, a full wave, a large batch, other SM counts",
+        low_precision_below=None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Quick checks
+# ---------------------------------------------------------------------------------------------
+
+
+def _near(answer, value) -> bool:
+    """True when a quick-check answer is a number within 0.1% of value (False otherwise)."""
+    try:
+        return bool(np.ndim(answer) == 0 and np.isclose(float(answer), value, rtol=1e-3))
+    except (TypeError, ValueError):
+        return False
+
+
+def check_quick_blocks_no_split(answer) -> None:
+    """Check yourself 5: thread blocks at decode for batch 4, 16 heads, without split-KV."""
+    expected = 4 * 16
+    hint = "one thread block per (sequence, head): the query tiles are a single query each"
+    if _near(answer, expected * 8):
+        hint = "that is with 8 chunks; without split-KV there is one chunk per sequence and head"
+    elif _near(answer, NUM_SMS):
+        hint = "that is the number of SMs, not the number of blocks the grid launches"
+    elif _near(answer, expected / NUM_SMS):
+        hint = "that is the fraction of SMs that work; the question asks for blocks"
+    check_answer("thread blocks without split", answer, expected, hint=hint)
+
+
+def check_quick_blocks_split(answer) -> None:
+    """Check yourself 5: thread blocks at decode for batch 4, 16 heads, 8 chunks."""
+    expected = 4 * 16 * 8
+    hint = "each (sequence, head, chunk) triple gets its own thread block"
+    if _near(answer, 4 * 16):
+        hint = "that is without split-KV; count the 8 chunks too [misconception: ignores-splits]"
+    elif _near(answer, NUM_SMS):
+        hint = (
+            "at most 132 run at the same time, but the grid launches more blocks "
+            "[misconception: busy-exceeds-sms]"
+        )
+    elif _near(answer, math.ceil(expected / NUM_SMS)):
+        hint = "that is the number of waves; the question asks for blocks"
+    check_answer("thread blocks with 8 chunks", answer, expected, hint=hint)
+
+
+QUICK_MERGE_PARTIALS = ((2.0, LN(1.0)), (6.0, LN(3.0)), (0.0, NEG_INF))
+"""The quick check's three chunks (o_s, lse_s): Nk = 4 keys, k = 3 chunks of 2, 2, 0 keys."""
+
+
+def check_quick_chunk_merge(answer) -> None:
+    """Quick check: merge (2, ln 1), (6, ln 3) and an empty chunk (0, -inf): the merged o."""
+    o_s = np.array([p[0] for p in QUICK_MERGE_PARTIALS])
+    lse_s = np.array([p[1] for p in QUICK_MERGE_PARTIALS])
+    expected, _ = _merge_all(o_s[:, None], lse_s)
+    expected = float(expected[0])  # 1/4 * 2 + 3/4 * 6 = 5
+    mass = np.exp(lse_s)
+    known = [
+        (
+            o_s.mean(),
+            "that is the plain average of the three chunks [misconception: plain-average]",
+        ),
+        (
+            o_s[:2].mean(),
+            "that is the plain average of the two non-empty chunks; weight each by its share "
+            "of the mass [misconception: plain-average]",
+        ),
+        (o_s.sum(), "that adds the chunks' averages [misconception: normalize-then-add]"),
+        (
+            expected * (1 - 1 / 3),
+            "the empty chunk got a share 1/3 of the weight; its weight is e^-inf = 0 "
+            "[misconception: empty-chunk-weight]",
+        ),
+        (
+            (mass[:2] @ o_s[:2]) / (mass[:2].sum() + 1.0),
+            "the empty chunk's mass is e^-inf = 0, not e^0 = 1 [misconception: empty-chunk-weight]",
+        ),
+        (mass @ o_s, "divide by the total mass e^lse_0 + e^lse_1 + e^lse_2 = 4"),
+    ]
+    hint = "each chunk's weight is its mass e^lse_s over the total mass; the empty chunk has 0"
+    for value, text in known:
+        if _near(answer, value):
+            hint = text
+            break
+    check_answer("merged o", answer, expected, hint=hint)

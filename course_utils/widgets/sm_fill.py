@@ -1,0 +1,296 @@
+"""The SM-fill chart: how many SMs a decode step keeps busy, with and without split-KV.
+
+At decode each sequence has one query, so FlashAttention-2's grid has one thread block per
+(sequence, head); split-KV gives each of the k chunks of a KV cache its own block:
+
+    blocks = batch * heads * splits,   busy SMs = min(blocks, num_sms),
+    waves = ceil(blocks / num_sms).
+
+The time model is the lesson's: decode attention is memory-bound, each busy SM pulls an equal
+share of the HBM bandwidth, so streaming the KV cache takes
+
+    t_attention = kv_bytes / (bandwidth * busy / num_sms),
+
+and split-KV adds a merge kernel: a fixed cost of a few microseconds (a launch and a sync) plus
+writing and reading the fp32 partials. The model leaves out the partly filled last wave, the
+latency of a single block and the L2 cache; it is a picture of why, not a benchmark.
+
+sm_fill_state is the pure data behind the picture (the tests check it); sm_fill_figure draws it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validate import positive_int
+from ..roofline import H100_SXM
+
+COLOR_BUSY = "#ff7f0e"  # orange: the SM streams the KV cache
+COLOR_IDLE = "#8e44ad"  # violet: the SM has no block in the first wave
+COLOR_MERGE = "#2ca02c"
+
+MERGE_OVERHEAD_US = 3.0  # the merge kernel's launch and sync, microseconds
+KV_LENGTHS = tuple(2**p for p in range(7, 18))  # 128 ... 131,072 tokens
+MAX_SPLITS = 64
+
+
+@dataclass(frozen=True)
+class SmFillState:
+    """One decode step under the SM-fill model. Times in seconds, sizes in bytes."""
+
+    batch: int
+    heads: int
+    splits: int  # k: chunks per KV cache
+    kv_len: int  # tokens in each sequence's KV cache
+    d: int  # head dimension
+    num_sms: int
+    blocks: int  # batch * heads * splits thread blocks
+    busy_sms: int  # min(blocks, num_sms): SMs with a block in the first wave
+    waves: int  # ceil(blocks / num_sms)
+    sm_busy: np.ndarray  # (num_sms,) bool: SM i has a block in the first wave
+    blocks_per_sm: np.ndarray  # (num_sms,) int: blocks SM i runs over all waves (round robin)
+    keys_per_block: int  # ceil(kv_len / splits): the chunk each block streams
+    kv_bytes: int  # 2 * batch * heads * kv_len * d * bytes_per_element (K and V)
+    partial_bytes: int  # fp32 (o, lse) partials, written then read: 0 without split
+    bandwidth_share: float  # busy_sms / num_sms
+    attention_s: float  # kv_bytes / (hbm_bandwidth * bandwidth_share)
+    merge_s: float  # 0 without split; overhead + partial_bytes / hbm_bandwidth
+    full_bandwidth_s: float  # kv_bytes / hbm_bandwidth: every SM streaming
+
+    @property
+    def total_s(self) -> float:
+        return self.attention_s + self.merge_s
+
+    @property
+    def idle_sms(self) -> int:
+        return self.num_sms - self.busy_sms
+
+
+def _positive_real(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+def sm_fill_state(
+    batch: int,
+    heads: int,
+    splits: int = 1,
+    kv_len: int = 16_384,
+    d: int = 128,
+    *,
+    num_sms: int = H100_SXM.num_sms,
+    hbm_bandwidth: float = H100_SXM.hbm_bandwidth,
+    bytes_per_element: int = 2,
+    merge_overhead_us: float = MERGE_OVERHEAD_US,
+) -> SmFillState:
+    """Blocks, busy SMs, waves and modelled time of one decode step of attention.
+
+    Args:
+        batch: sequences decoded together.  heads: attention heads (each its own KV cache).
+        splits: k, chunks per KV cache (1: FlashAttention-2's grid, no split).
+        kv_len: tokens in each KV cache.  d: head dimension.
+        num_sms: SMs of the GPU (132 on an H100).  hbm_bandwidth: bytes/s (3.35e12).
+        bytes_per_element: of K and V (2: bf16).
+        merge_overhead_us: fixed cost of the merge kernel, microseconds (only when splits > 1).
+
+    Returns:
+        SmFillState.
+    """
+    batch, heads = positive_int(batch, "batch"), positive_int(heads, "heads")
+    splits, kv_len = positive_int(splits, "splits"), positive_int(kv_len, "kv_len")
+    d, num_sms = positive_int(d, "d"), positive_int(num_sms, "num_sms")
+    b = positive_int(bytes_per_element, "bytes_per_element")
+    bandwidth = _positive_real(hbm_bandwidth, "hbm_bandwidth")
+    if isinstance(merge_overhead_us, bool) or not merge_overhead_us >= 0:
+        raise ValueError(f"merge_overhead_us must be >= 0, got {merge_overhead_us!r}")
+
+    blocks = batch * heads * splits
+    busy = min(blocks, num_sms)
+    waves = -(-blocks // num_sms)
+    sm_index = np.arange(num_sms)
+    blocks_per_sm = blocks // num_sms + (sm_index < blocks % num_sms)
+    kv_bytes = 2 * batch * heads * kv_len * d * b
+    # each block writes (o: d floats, lse: 1 float) in fp32; the merge kernel reads them back
+    partial_bytes = 2 * batch * heads * splits * (d + 1) * 4 if splits > 1 else 0
+    share = busy / num_sms
+    merge_s = merge_overhead_us * 1e-6 + partial_bytes / bandwidth if splits > 1 else 0.0
+    return SmFillState(
+        batch=batch,
+        heads=heads,
+        splits=splits,
+        kv_len=kv_len,
+        d=d,
+        num_sms=num_sms,
+        blocks=blocks,
+        busy_sms=busy,
+        waves=waves,
+        sm_busy=sm_index < busy,
+        blocks_per_sm=blocks_per_sm.astype(int),
+        keys_per_block=-(-kv_len // splits),
+        kv_bytes=kv_bytes,
+        partial_bytes=partial_bytes,
+        bandwidth_share=share,
+        attention_s=kv_bytes / (bandwidth * share),
+        merge_s=merge_s,
+        full_bandwidth_s=kv_bytes / bandwidth,
+    )
+
+
+def time_vs_splits(batch, heads, kv_len, splits=range(1, MAX_SPLITS + 1), **kwargs):
+    """Modelled decode attention time for each k in `splits`.
+
+    Returns:
+        (splits, attention_s, total_s): three float arrays of shape (len(splits),).
+    """
+    states = [sm_fill_state(batch, heads, k, kv_len, **kwargs) for k in splits]
+    ks = np.array([s.splits for s in states], dtype=float)
+    return ks, np.array([s.attention_s for s in states]), np.array([s.total_s for s in states])
+
+
+def _grid_shape(num_sms: int) -> tuple[int, int]:
+    cols = math.ceil(math.sqrt(num_sms))
+    return math.ceil(num_sms / cols), cols
+
+
+def _fmt_time(seconds: float) -> str:
+    us = seconds * 1e6
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.1f} µs"
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def draw_sm_fill(fig, st: SmFillState) -> None:
+    """Left: one square per SM (orange busy, violet idle in the first wave). Right: time vs k."""
+    from matplotlib.patches import Patch, Rectangle
+
+    ax_grid, ax_time = fig.subplots(1, 2, width_ratios=[1, 1.25])
+    rows, cols = _grid_shape(st.num_sms)
+    for i in range(st.num_sms):
+        r, c = divmod(i, cols)
+        color = COLOR_BUSY if st.sm_busy[i] else COLOR_IDLE
+        ax_grid.add_patch(Rectangle((c, rows - 1 - r), 0.9, 0.9, color=color, linewidth=0))
+        if st.waves > 1 and st.num_sms <= 200:
+            ax_grid.text(
+                c + 0.45,
+                rows - 1 - r + 0.45,
+                str(st.blocks_per_sm[i]),
+                ha="center",
+                va="center",
+                fontsize=6,
+                color="white",
+            )
+    ax_grid.set_xlim(-0.1, cols)
+    ax_grid.set_ylim(-0.1, rows)
+    ax_grid.set_aspect("equal")
+    ax_grid.axis("off")
+    ax_grid.set_title(
+        f"{st.batch} x {st.heads} x {st.splits} = {st.blocks} blocks: "
+        f"{st.busy_sms} of {st.num_sms} SMs busy, {st.waves} wave{'s' if st.waves > 1 else ''}",
+        fontsize=9,
+    )
+    ax_grid.legend(
+        handles=[
+            Patch(color=COLOR_BUSY, label="streams the KV cache"),
+            Patch(color=COLOR_IDLE, label="idle"),
+        ],
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.0),
+        ncol=2,
+        fontsize=8,
+        frameon=False,
+    )
+
+    kw = {"d": st.d, "num_sms": st.num_sms}
+    ks, attn, total = time_vs_splits(st.batch, st.heads, st.kv_len, **kw)
+    ax_time.plot(ks, total * 1e6, color="black", label="attention + merge")
+    ax_time.plot(ks, attn * 1e6, color=COLOR_BUSY, linestyle="--", label="attention only")
+    ax_time.axhline(
+        st.full_bandwidth_s * 1e6,
+        color="gray",
+        linestyle=":",
+        label="every SM streaming",
+    )
+    best = int(ks[np.argmin(total)])
+    ax_time.plot([st.splits], [st.total_s * 1e6], "o", color="black", markersize=8)
+    ax_time.set_xscale("log", base=2)
+    ax_time.set_ylim(0, 1.08 * float(max(total.max(), attn.max())) * 1e6)
+    ax_time.set_xticks([1, 2, 4, 8, 16, 32, 64], ["1", "2", "4", "8", "16", "32", "64"])
+    ax_time.set_xlabel("splits k")
+    ax_time.set_ylabel("modelled time per decode step (µs)")
+    ax_time.set_title(
+        f"KV cache {st.kv_len:,} tokens, {_fmt_bytes(st.kv_bytes)}: "
+        f"k = {st.splits} takes {_fmt_time(st.total_s)} (best k = {best})",
+        fontsize=9,
+    )
+    ax_time.legend(fontsize=8, loc="upper right")
+    ax_time.grid(True, which="both", alpha=0.25)
+
+
+def _readout(st: SmFillState) -> str:
+    base = sm_fill_state(st.batch, st.heads, 1, st.kv_len, st.d, num_sms=st.num_sms)
+    merge = (
+        f" + merge {_fmt_time(st.merge_s)}" if st.splits > 1 else " (no merge kernel without split)"
+    )
+    return (
+        f"blocks = {st.batch} x {st.heads} x {st.splits} = {st.blocks}; busy SMs in the first "
+        f"wave: {st.busy_sms}/{st.num_sms}; waves: {st.waves}; each block streams "
+        f"{st.keys_per_block:,} keys.<br>"
+        f"KV cache {_fmt_bytes(st.kv_bytes)} at {st.bandwidth_share:.0%} of the bandwidth: "
+        f"attention {_fmt_time(st.attention_s)}{merge} = <b>{_fmt_time(st.total_s)}</b>; "
+        f"without split {_fmt_time(base.total_s)} (speed-up {base.total_s / st.total_s:.2f}x)"
+    )
+
+
+def sm_fill_figure(
+    batch: int = 1,
+    heads: int = 32,
+    splits: int = 1,
+    kv_len: int = 32_768,
+    d: int = 128,
+    num_sms: int = H100_SXM.num_sms,
+):
+    """The SM-fill chart as a LiveFigure (display it as the last expression of a cell).
+
+    Sliders for batch, heads, splits and the KV length (powers of 2 from 128 to 131,072 tokens).
+    """
+    import ipywidgets as w
+
+    from ._base import LiveFigure
+
+    sm_fill_state(batch, heads, splits, kv_len, d, num_sms=num_sms)  # validates the arguments
+    if kv_len not in KV_LENGTHS:
+        raise ValueError(f"kv_len must be one of {KV_LENGTHS}, got {kv_len}")
+    style = {"description_width": "initial"}
+    controls = {
+        "batch": w.IntSlider(value=batch, min=1, max=max(64, batch), description="batch"),
+        "heads": w.IntSlider(value=heads, min=1, max=max(64, heads), description="heads"),
+        "splits": w.IntSlider(
+            value=splits, min=1, max=max(MAX_SPLITS, splits), description="splits k"
+        ),
+        "kv_len": w.SelectionSlider(
+            options=list(KV_LENGTHS), value=kv_len, description="KV length", style=style
+        ),
+    }
+
+    def state_of(state) -> SmFillState:
+        return sm_fill_state(
+            state["batch"], state["heads"], state["splits"], state["kv_len"], d, num_sms=num_sms
+        )
+
+    return LiveFigure(
+        controls,
+        lambda fig, state: draw_sm_fill(fig, state_of(state)),
+        figsize=(10, 4.2),
+        readout=lambda state: _readout(state_of(state)),
+    )
