@@ -107,7 +107,7 @@ def grade_one(job: dict) -> dict:
     result["score"], result["max_score"] = got["score"], got["max_score"]
     for cell in graded_nb.cells:
         died = [o for o in cell.get("outputs", []) if o.get("ename") == "KernelDied"]
-        if died and "not run" not in died[0].get("evalue", ""):
+        if died and not died[0].get("evalue", "").startswith("not run"):
             gid = cell.metadata.get("nbgrader", {}).get("grade_id", "an answer cell")
             result["problems"].append(f"cell {gid}: the kernel died here; later cells scored 0")
     if tampering:
