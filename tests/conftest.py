@@ -13,6 +13,21 @@ import os
 
 from hypothesis import settings
 
+
+def _use_triton_interpreter_without_gpu() -> None:
+    """Triton needs TRITON_INTERPRET=1 before its first import on a machine without a CUDA GPU."""
+    if "TRITON_INTERPRET" in os.environ:
+        return
+    try:
+        import torch
+    except ImportError:
+        return
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+_use_triton_interpreter_without_gpu()
+
 settings.register_profile("ci", max_examples=100, deadline=None, derandomize=False, print_blob=True)
 settings.register_profile("repro", max_examples=100, deadline=None, derandomize=True)
 settings.register_profile("thorough", max_examples=1000, deadline=None, print_blob=True)

@@ -1,0 +1,1 @@
+"""GPU benchmarks of the course's kernels: `python -m benchmarks.attention` (see RESULTS.md)."""

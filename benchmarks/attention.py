@@ -1,0 +1,352 @@
+"""Attention forward on the GPU: the course's Triton kernel against PyTorch SDPA's backends.
+
+    python -m benchmarks.attention                        # the grid below, bf16
+    python -m benchmarks.attention --learner mod:func     # add a learner's kernel, same signature
+    python -m benchmarks.attention --sweep                # also time each launch config by hand
+
+Grid, as in the FlashAttention-2 paper's benchmarks: batch * N = 16k tokens, hidden
+2048 = heads * d, d in {64, 128}, N in {1k, 4k, 16k}, causal and not. Work: 4 * B * H * N^2 * d
+FLOPs (the two matmuls), half of it when causal. Each variant's output is checked against SDPA's
+before it is timed; times are the median of triton.testing.do_bench after a warm-up (autotuning
+included).
+
+Writes the table last on stdout, a plot (--plot), the raw numbers as JSON and a markdown section
+(--out), and appends that section to benchmarks/RESULTS.md (--results). Without a CUDA GPU it
+says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import importlib
+import json
+import math
+import platform
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+DEVICE = "cuda"
+TOKENS = 16 * 1024  # batch * N
+HIDDEN = 2048  # heads * d
+SDPA_BACKENDS = {
+    "flash": "FLASH_ATTENTION",
+    "cudnn": "CUDNN_ATTENTION",
+    "efficient": "EFFICIENT_ATTENTION",
+}
+CHECK_TOL = 2e-2  # relative difference to SDPA's output; both are bf16 kernels (~3e-3 apart)
+
+
+def attention_flops(batch: int, heads: int, n: int, d: int, causal: bool) -> float:
+    """4 * B * H * N^2 * d: S = q k^T and out = P v, 2 FLOPs per multiply-add; half if causal."""
+    flops = 4.0 * batch * heads * n * n * d
+    return flops / 2 if causal else flops
+
+
+def grid(head_dims, lengths, causals):
+    """(d, causal, N, batch, heads) for each point: batch * N = TOKENS, heads * d = HIDDEN."""
+    return [
+        (d, causal, n, TOKENS // n, HIDDEN // d)
+        for d in head_dims
+        for causal in causals
+        for n in lengths
+    ]
+
+
+def rel_diff(x: torch.Tensor, ref: torch.Tensor) -> float:
+    x, ref = x.float(), ref.float()
+    return float("inf") if torch.isnan(x).any() else ((x - ref).norm() / ref.norm()).item()
+
+
+def time_ms(fn) -> float:
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def nvidia_smi(query: str) -> str:
+    cmd = ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"]
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"nvidia-smi failed: {e}"
+
+
+CLOCKS = "clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.draw,power.limit,temperature.gpu"
+
+
+def sdpa_fn(backend_name: str, q, k, v, causal: bool):
+    """A zero-argument call of SDPA restricted to one backend."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, SDPA_BACKENDS[backend_name])
+
+    def run():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return run
+
+
+def load_learner(spec: str):
+    module_name, _, func_name = spec.partition(":")
+    if not func_name:
+        raise SystemExit(f"--learner wants module:function, got {spec!r}")
+    try:
+        return getattr(importlib.import_module(module_name), func_name)
+    except (ImportError, AttributeError) as e:
+        raise SystemExit(f"--learner {spec}: cannot load it ({type(e).__name__}: {e})") from None
+
+
+def measure(name, fn, ref, flops, log) -> dict:
+    """Run fn once (warm-up, autotuning), check it against ref, then time it."""
+    try:
+        result = fn()
+        out = result[0] if isinstance(result, tuple) else result
+        torch.cuda.synchronize()
+        diff = rel_diff(out, ref)
+        if not diff < CHECK_TOL:
+            log(f"    {name:<10} WRONG: relative difference to SDPA {diff:.2e}; not timed")
+            return {"tflops": float("nan"), "ms": float("nan"), "diff": diff, "error": "wrong"}
+        ms = time_ms(fn)
+    except Exception as e:  # a backend that refuses a shape, a compile error: record and go on
+        log(f"    {name:<10} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        return {"tflops": float("nan"), "ms": float("nan"), "diff": float("nan"), "error": str(e)}
+    tflops = flops / ms * 1e-9
+    log(f"    {name:<10} {ms:8.3f} ms {tflops:7.1f} TFLOP/s  (diff to SDPA {diff:.1e})")
+    return {"tflops": tflops, "ms": ms, "diff": diff}
+
+
+def sweep_configs(d: int):
+    """(label, tma, config): each config of the course kernel's autotuning family for this d,
+    launched by hand with tensor descriptors (tma) and with pointer loads."""
+    from course_utils.triton_attention.forward import CONFIG_FAMILIES, _family, make_config
+
+    for tma in (True, False):
+        for block_m, block_n, w, s, regs in CONFIG_FAMILIES[_family(d, torch.bfloat16)]:
+            label = f"{'tma' if tma else 'ptr'}-{block_m}x{block_n}-w{w}-s{s}"
+            label += f"-r{regs}" if regs else ""
+            yield label, tma, make_config(block_m, block_n, w, s, maxnreg=regs)
+
+
+def geomean(values) -> float:
+    values = [v for v in values if v == v and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def fmt(x: float, digits: int = 0) -> str:
+    return "n/a" if x != x else f"{x:.{digits}f}"
+
+
+def table(points, variants) -> tuple[str, float, float]:
+    """The markdown table; geo-mean course/cudnn and min course/flash."""
+    head = ["d", "causal", "N", "B x H", *variants, "course/cuDNN", "course/flash", "config"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    vs_cudnn, vs_flash = [], []
+    for p in points:
+        r = p["results"]
+        ratio_c = r["course"]["tflops"] / r["cudnn"]["tflops"]
+        ratio_f = r["course"]["tflops"] / r["flash"]["tflops"]
+        vs_cudnn.append(ratio_c)
+        vs_flash.append(ratio_f)
+        cells = [p["d"], p["causal"], p["n"], f"{p['batch']} x {p['heads']}"]
+        cells += [fmt(r[v]["tflops"]) for v in variants]
+        cells += [fmt(ratio_c, 2), fmt(ratio_f, 2), p.get("config", "")]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    finite = [x for x in vs_flash if x == x]
+    return "\n".join(lines), geomean(vs_cudnn), (min(finite) if finite else float("nan"))
+
+
+def plot(points, variants, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(p["d"], p["causal"]) for p in points})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6), squeeze=False)
+    for ax, (d, causal) in zip(axes[0], panels, strict=True):
+        pts = sorted(
+            (p for p in points if (p["d"], p["causal"]) == (d, causal)), key=lambda p: p["n"]
+        )
+        ns = [p["n"] for p in pts]
+        for v in variants:
+            ax.plot(ns, [p["results"][v]["tflops"] for p in pts], marker="o", label=v)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in ns])
+        ax.set_title(f"d = {d}, {'causal' if causal else 'not causal'}")
+        ax.set_xlabel("sequence length N")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("forward TFLOP/s (bf16)")
+    axes[0][-1].legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"Attention forward, {torch.cuda.get_device_name()}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def versions() -> str:
+    import triton
+
+    return (
+        f"torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN "
+        f"{torch.backends.cudnn.version()}), triton {triton.__version__}, "
+        f"python {platform.python_version()}"
+    )
+
+
+def autotuned_config() -> str:
+    """The config the course kernel's autotuner chose last, as text."""
+    from course_utils.triton_attention.forward import _autotuned_kernel
+
+    c = getattr(_autotuned_kernel(torch.bfloat16), "best_config", None)
+    if c is None:
+        return ""
+    text = f"{c.kwargs['BLOCK_M']}x{c.kwargs['BLOCK_N']} w{c.num_warps} s{c.num_stages}"
+    return text + (f" r{c.maxnreg}" if c.maxnreg else "")
+
+
+def bench_point(d, causal, n, batch, heads, learner, sweep, log) -> tuple[dict | None, list]:
+    """Check and time every variant at one grid point; with sweep, each hand-launched config."""
+    from course_utils.triton_attention import flash_attention_fwd, launch_flash_attention_fwd
+
+    gen = torch.Generator(device=DEVICE).manual_seed(1000 * d + 10 * int(causal) + n)
+    q, k, v = (
+        torch.randn(batch, heads, n, d, generator=gen, device=DEVICE, dtype=torch.bfloat16)
+        for _ in range(3)
+    )  # (B, H, N, d) each
+    flops = attention_flops(batch, heads, n, d, causal)
+    log(f"d={d} causal={causal} N={n} B={batch} H={heads}: {flops / 1e12:.2f} TFLOP")
+    ref = None
+    for name in SDPA_BACKENDS:  # the first backend that runs gives the reference output
+        try:
+            ref = sdpa_fn(name, q, k, v, causal)()
+            break
+        except RuntimeError:
+            continue
+    if ref is None:
+        log("    no SDPA backend ran; skipping this point")
+        return None, []
+    results = {
+        "course": measure("course", lambda: flash_attention_fwd(q, k, v, causal), ref, flops, log)
+    }
+    config = autotuned_config()
+    if learner is not None:
+        results["learner"] = measure("learner", lambda: learner(q, k, v, causal), ref, flops, log)
+    for name in SDPA_BACKENDS:
+        results[name] = measure(name, sdpa_fn(name, q, k, v, causal), ref, flops, log)
+    sweep_rows = []
+    for label, tma, cfg in sweep_configs(d) if sweep else ():
+
+        def run(cfg=cfg, tma=tma):
+            return launch_flash_attention_fwd(q, k, v, causal, config=cfg, tma=tma)
+
+        row = measure(label, run, ref, flops, log)
+        sweep_rows.append({"d": d, "causal": causal, "n": n, "variant": label, **row})
+    point = {"d": d, "causal": causal, "n": n, "batch": batch, "heads": heads}
+    return {**point, "config": config, "results": results}, sweep_rows
+
+
+def same_point(row: dict, point: dict) -> bool:
+    return (row["d"], row["causal"], row["n"]) == (point["d"], point["causal"], point["n"])
+
+
+def report_sweep(points, sweep_rows, out: Path, log) -> None:
+    """Write sweep.csv; log the best configs per point and each tile-movement mode's best."""
+    with open(out / "sweep.csv", "w", newline="") as f:
+        fields = ["d", "causal", "n", "variant", "tflops", "ms", "diff"]
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(sweep_rows)
+    log("\nsweep: the best hand-launched configs per point (TFLOP/s)")
+    for p in points:
+        rows = [r for r in sweep_rows if same_point(r, p) and r["tflops"] == r["tflops"]]
+        rows.sort(key=lambda r: -r["tflops"])
+        best = ", ".join(f"{r['variant']} {r['tflops']:.0f}" for r in rows[:4])
+        log(f"  d={p['d']} causal={p['causal']} N={p['n']}: {best}")
+    for tma in (True, False):
+        prefix = "tma-" if tma else "ptr-"
+        ratios = []
+        for p in points:
+            mine = [r for r in sweep_rows if same_point(r, p) and r["variant"].startswith(prefix)]
+            rows = [r["tflops"] for r in mine if r["tflops"] == r["tflops"]]
+            ratios.append(max(rows) / p["results"]["cudnn"]["tflops"] if rows else float("nan"))
+        log(f"  {prefix[:3]}: best config per point, geo-mean ratio to cuDNN {geomean(ratios):.3f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--learner", help="module:function with flash_attention_fwd's signature")
+    parser.add_argument("--sweep", action="store_true", help="time each config of the kernel")
+    parser.add_argument("--d", type=int, nargs="+", default=[64, 128], help="head dimensions")
+    parser.add_argument("--n", type=int, nargs="+", default=[1024, 4096, 16384], help="lengths")
+    parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
+    parser.add_argument("--plot", type=Path, default=HERE / "out" / "attention_fwd.png")
+    parser.add_argument("--out", type=Path, default=HERE / "out", help="folder for JSON, CSV, md")
+    parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--no-append", action="store_true", help="leave RESULTS.md alone")
+    args = parser.parse_args(argv)
+    command = "python -m benchmarks.attention " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: nothing to time (the kernel's tests run in the interpreter instead)")
+        return 0
+
+    learner = load_learner(args.learner) if args.learner else None
+    causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
+    variants = ["course", *(["learner"] if learner else []), *SDPA_BACKENDS]
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    device = torch.cuda.get_device_name()
+    clocks_before = nvidia_smi(CLOCKS)
+    log(f"{device}; {versions()}\nnvidia-smi before ({CLOCKS}): {clocks_before}")
+    points, sweep_rows = [], []
+    for d, causal, n, batch, heads in grid(args.d, args.n, causals):
+        point, rows = bench_point(d, causal, n, batch, heads, learner, args.sweep, log)
+        if point is not None:
+            points.append(point)
+            sweep_rows += rows
+        torch.cuda.empty_cache()
+    clocks_after = nvidia_smi(CLOCKS)
+    log(f"nvidia-smi after: {clocks_after}")
+    if sweep_rows:
+        report_sweep(points, sweep_rows, args.out, log)
+
+    md, gm_cudnn, min_flash = table(points, variants)
+    plot(points, variants, args.plot)
+    summary = {"device": device, "versions": versions(), "command": command, "points": points}
+    (args.out / "attention_fwd.json").write_text(json.dumps(summary, indent=1))
+    section = (
+        f"\n## Attention forward, bf16, {device}, {datetime.date.today().isoformat()}\n\n"
+        f"- device: {nvidia_smi('name,driver_version,memory.total')}\n"
+        f"- {CLOCKS}: before the run {clocks_before}; just after the timings {clocks_after}\n"
+        f"- versions: {versions()}\n"
+        f"- command: `{command}`\n"
+        f"- TFLOP/s = 4*B*H*N^2*d (half when causal) / median time of triton.testing.do_bench; "
+        f"batch*N = {TOKENS}, heads*d = {HIDDEN}; config: the course autotuner's pick\n\n"
+        f"{md}\n\n"
+        f"Geometric mean course/cuDNN: {gm_cudnn:.3f}; minimum course/flash: {min_flash:.3f}.\n"
+    )
+    (args.out / "RESULTS_section.md").write_text(section)
+    if not args.no_append:
+        with open(args.results, "a") as f:
+            f.write(section)
+    print("\n" + md)
+    print(f"\ngeo-mean course/cuDNN {gm_cudnn:.3f}, min course/flash {min_flash:.3f}")
+    print(f"plot: {args.plot}; section: {args.out / 'RESULTS_section.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

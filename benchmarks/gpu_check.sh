@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Everything the GPU is needed for, in one call: the machine and versions, the kernel's GPU tests,
+# then the benchmark (extra arguments go to `python -m benchmarks.attention`, e.g. --sweep).
+# Logs, the plot, the JSON and the RESULTS.md section land in $OUT (default benchmarks/out).
+#
+#   bash benchmarks/gpu_check.sh [--sweep] [--learner module:function]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-benchmarks/out}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+
+{
+    nvidia-smi
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem \
+        --format=csv
+    $PY -c 'import platform, torch, triton; print("python", platform.python_version(), "torch",
+        torch.__version__, "triton", triton.__version__, "cuDNN", torch.backends.cudnn.version(),
+        "capability", torch.cuda.get_device_capability())'
+} 2>&1 | tee "$OUT/env.txt"
+
+echo "== GPU tests"
+timeout 300 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_triton_forward.py 2>&1 \
+    | tee "$OUT/gpu_tests.txt"
+tests_rc=${PIPESTATUS[0]}
+
+echo "== benchmark"
+$PY -m benchmarks.attention --out "$OUT" --plot "$OUT/attention_fwd.png" --no-append "$@" 2>&1 \
+    | tee "$OUT/bench.txt"
+bench_rc=${PIPESTATUS[0]}
+
+echo "== exit codes: tests $tests_rc, benchmark $bench_rc"
+exit $((tests_rc || bench_rc))

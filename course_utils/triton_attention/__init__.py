@@ -1,0 +1,41 @@
+"""Triton GPU kernels of the course; without a CUDA GPU they run in Triton's interpreter.
+
+    forward     flash_attention_fwd: the FlashAttention-2 forward kernel (notebook 06)
+
+Importing this subpackage on a machine without a CUDA GPU turns on Triton's interpreter
+(TRITON_INTERPRET=1), which runs every kernel in NumPy on CPU tensors: slow, but the same code and
+the same answers. `course_utils` never imports this subpackage itself, so the NumPy parts of the
+course work without torch or triton.
+
+Interpreter caveats: the variable must be set before triton is first imported, so import this
+subpackage first (it refuses, with a RuntimeError that says so, when triton came first). The
+interpreter computes bfloat16 wrongly without a warning, so `flash_attention_fwd` upcasts
+bfloat16 inputs to float32 there and casts the output back.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+INTERPRETER = not torch.cuda.is_available()
+"""True when Triton's kernels run in the interpreter (no CUDA GPU on this machine)."""
+
+if INTERPRETER and os.environ.get("TRITON_INTERPRET") != "1":
+    if "triton" in sys.modules:
+        # Too late: triton.language defines some of its own functions (tl.max, tl.sum, ...) as
+        # compiled kernels at import, and the interpreter cannot call those.
+        raise RuntimeError(
+            "course_utils.triton_attention: there is no CUDA GPU, so Triton must run in its "
+            "interpreter, which has to be switched on before triton is imported; triton was "
+            "imported first. Import course_utils.triton_attention before triton, or set "
+            "TRITON_INTERPRET=1 in the environment (os.environ or the shell) before anything "
+            "imports triton."
+        )
+    os.environ["TRITON_INTERPRET"] = "1"
+
+from .forward import flash_attention_fwd, launch_flash_attention_fwd  # noqa: E402
+
+__all__ = ["INTERPRETER", "flash_attention_fwd", "launch_flash_attention_fwd"]
