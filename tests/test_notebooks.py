@@ -102,11 +102,31 @@ def test_solution_runs_top_to_bottom_quietly(assignment):
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_student_notebook_stops_at_first_exercise(assignment):
     path = _path("notebooks", assignment)
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb,
+        timeout=_limit(path),
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     with pytest.raises(CellExecutionError) as info:
-        _execute(path)
+        client.execute()
     assert info.value.ename == "NotImplementedError", (
         f"the untouched student notebook failed with {info.value.ename} instead of "
         f"NotImplementedError:\n{info.value}"
+    )
+    failed = next(
+        i
+        for i, c in enumerate(nb.cells)
+        if any(o.get("output_type") == "error" for o in c.get("outputs", []))
+    )
+    first_answer = next(
+        i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution")
+    )
+    first_test = nb.cells.index(_grade_cells(nb)[0])
+    assert first_answer < failed <= first_test, (
+        "the untouched notebook must stop between the first exercise and its check, "
+        f"not at cell {nb.cells[failed].get('id')!r}"
     )
 
 
