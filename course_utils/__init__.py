@@ -18,6 +18,15 @@ from .attention import (
     split_kv_decode,
     split_kv_partials,
 )
+from .backward import (
+    attention_backward_flops,
+    attention_backward_reference,
+    flash_attention_backward,
+    naive_attention_torch,
+    saved_bytes_naive_vs_fused,
+    saved_tensor_bytes,
+    softmax_backward,
+)
 from .memory import (
     CountingMemory,
     OnChipMemoryError,
@@ -45,6 +54,13 @@ from .roofline import (
 from .softmax import merge_partials, online_softmax_stats, online_softmax_steps
 
 __all__ = [
+    "attention_backward_flops",
+    "attention_backward_reference",
+    "flash_attention_backward",
+    "naive_attention_torch",
+    "saved_bytes_naive_vs_fused",
+    "saved_tensor_bytes",
+    "softmax_backward",
     "A100",
     "H100_SXM",
     "H200",
