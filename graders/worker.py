@@ -23,7 +23,6 @@ import nbformat
 from . import pipeline
 from .submissions import find_tampering, read_notebook, restore_locked_cells, truncate_outputs
 
-MISCONCEPTION = re.compile(r"\[misconception: ([a-z0-9-]+)\]")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

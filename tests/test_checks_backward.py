@@ -6,10 +6,10 @@ import contextlib
 import functools
 import io
 import math
-import warnings
 
 import numpy as np
 import pytest
+from checkhelp import run_quietly
 
 import course_utils.backward as B
 from course_utils.checks import CheckFailure
@@ -47,20 +47,6 @@ def flash_attention_backward(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
             dk_j += tau * ds.T @ Q[rows]
         dK[cols], dV[cols] = dk_j, dv_j
     return dQ, dK, dV
-
-
-def run_quietly(check, fn, **kwargs) -> str:
-    """Run a check; return what it printed, failing on stderr output or a warning."""
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        warnings.catch_warnings(),
-    ):
-        warnings.simplefilter("error")
-        check(fn, **kwargs)
-    assert err.getvalue() == ""
-    return out.getvalue()
 
 
 def quiet(fn):

@@ -6,13 +6,11 @@ attention_by_parts), so the checks' run-time guard against calling course_utils 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
-import warnings
 
 import numpy as np
 import pytest
+from checkhelp import as_learner, run_quietly, slug_of
 
 from course_utils.checks import merge as checks
 from course_utils.checks._core import CheckFailure
@@ -75,32 +73,6 @@ def by_parts_nan_on_empty(q, K, V, parts):
         l = p.sum(axis=1)
         o, lse = good_merge(o, lse, (p @ V[idx]) / l[:, None], m + np.log(l))
     return o, lse
-
-
-def as_learner(fn):
-    """A buggy implementation of the checks module, wrapped so it looks like a learner's own."""
-    return lambda *args: fn(*args)
-
-
-def run_quietly(check, *args, **kwargs) -> str:
-    """Run a check; return its stdout; fail on stderr output or on any warning."""
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        warnings.catch_warnings(),
-    ):
-        warnings.simplefilter("error")
-        check(*args, **kwargs)
-    assert err.getvalue() == ""
-    return out.getvalue()
-
-
-def slug_of(failure: CheckFailure) -> str | None:
-    text = str(failure)
-    if "[misconception: " not in text:
-        return None
-    return text.split("[misconception: ", 1)[1].split("]", 1)[0]
 
 
 # ---------------------------------------------------------------------------------------------

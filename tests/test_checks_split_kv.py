@@ -6,13 +6,11 @@ counts), so the checks' run-time guard against calling course_utils does not fir
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
-import warnings
 
 import numpy as np
 import pytest
+from checkhelp import as_learner, run_quietly, slug_of
 
 import course_utils as cu
 from course_utils.checks import split_kv as checks
@@ -76,32 +74,6 @@ def good_grid(batch, heads, num_splits, num_sms=132):
 
 def not_done(*args, **kwargs):
     raise NotImplementedError()
-
-
-def as_learner(fn):
-    """A buggy implementation of the checks module, wrapped so it looks like a learner's own."""
-    return lambda *args, **kwargs: fn(*args, **kwargs)
-
-
-def run_quietly(check, *args, **kwargs) -> str:
-    """Run a check; return its stdout; fail on stderr output or on any warning."""
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        warnings.catch_warnings(),
-    ):
-        warnings.simplefilter("error")
-        check(*args, **kwargs)
-    assert err.getvalue() == ""
-    return out.getvalue()
-
-
-def slug_of(failure: CheckFailure) -> str | None:
-    text = str(failure)
-    if "[misconception: " not in text:
-        return None
-    return text.split("[misconception: ", 1)[1].split("]", 1)[0]
 
 
 CHECKS = {

@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import warnings
 
 import numpy as np
 import pytest
+from checkhelp import run_quietly
 
 import course_utils as cu
 from course_utils.checks import CheckFailure
@@ -57,20 +57,6 @@ def flash_attention_forward(Q, K, V, Br=16, Bc=16, causal=False):
         O[rows[seen]] = acc[seen] / l[seen, None]
         lse[rows[seen]] = m[seen] + np.log(l[seen])
     return O, lse
-
-
-def run_quietly(check, fn, **kwargs) -> str:
-    """Run a check; return what it printed, failing on stderr output or a warning."""
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        warnings.catch_warnings(),
-    ):
-        warnings.simplefilter("error")
-        check(fn, **kwargs)
-    assert err.getvalue() == ""
-    return out.getvalue()
 
 
 def quiet(fn):

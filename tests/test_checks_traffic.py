@@ -6,11 +6,8 @@ FlashAttention-2), so the checks' guard against calling course_utils does not fi
 
 from __future__ import annotations
 
-import contextlib
-import io
-import warnings
-
 import pytest
+from checkhelp import as_learner, run_quietly, slug_of
 
 from course_utils.checks import traffic as checks
 from course_utils.checks._core import CheckFailure
@@ -59,32 +56,6 @@ def good_loop_with_scratch(mem, N, d, Br, Bc):
 def loop_with_nxn_scratch(mem, N, d, Br, Bc):
     mem.scratch("S", (N, N))  # the whole score matrix on chip
     good_loop(mem, N, d, Br, Bc)
-
-
-def as_learner(fn):
-    """A buggy implementation of the checks module, wrapped so it looks like a learner's own."""
-    return lambda *args: fn(*args)
-
-
-def run_quietly(check, *args, **kwargs) -> str:
-    """Run a check; return its stdout; fail on stderr output or on any warning."""
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        warnings.catch_warnings(),
-    ):
-        warnings.simplefilter("error")
-        check(*args, **kwargs)
-    assert err.getvalue() == ""
-    return out.getvalue()
-
-
-def slug_of(failure: CheckFailure) -> str | None:
-    text = str(failure)
-    if "[misconception: " not in text:
-        return None
-    return text.split("[misconception: ", 1)[1].split("]", 1)[0]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -24,6 +25,15 @@ import numpy as np
 
 class CheckFailure(AssertionError):
     """A check found a wrong result; the message explains what and why."""
+
+
+_SLUG = re.compile(r"\[misconception: ([A-Za-z0-9_-]+)\]")
+
+
+def misconception_slug(text: str) -> str | None:
+    """The slug of the first `[misconception: slug]` tag in a failure message, or None."""
+    found = _SLUG.search(text)
+    return found.group(1) if found else None
 
 
 @dataclass(frozen=True)

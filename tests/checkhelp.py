@@ -1,0 +1,34 @@
+"""Helpers shared by the tests of the learner-facing checks (tests/test_checks_*.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+
+from course_utils.checks import CheckFailure
+from course_utils.checks._core import misconception_slug
+
+
+def as_learner(fn):
+    """A buggy implementation of a checks module, wrapped so it looks like a learner's own."""
+    return lambda *args, **kwargs: fn(*args, **kwargs)
+
+
+def run_quietly(check, *args, **kwargs) -> str:
+    """Run a check; return its stdout; fail on stderr output or on any warning."""
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("error")
+        check(*args, **kwargs)
+    assert err.getvalue() == ""
+    return out.getvalue()
+
+
+def slug_of(failure: CheckFailure) -> str | None:
+    """The misconception a failure message names, or None."""
+    return misconception_slug(str(failure))
