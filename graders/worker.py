@@ -46,11 +46,10 @@ def _cell_reports(nb) -> dict[str, dict]:
         if errors:
             err = errors[0]
             text = ANSI.sub("", f"{err.get('ename', '')}: {err.get('evalue', '')}")
-        slugs = MISCONCEPTION.findall(text)
         first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
         reports[meta["grade_id"]] = {
             "error": first[:300],
-            "misconception": slugs[0] if slugs else None,
+            "misconception": misconception_slug(text),
         }
     return reports
 
