@@ -20,6 +20,8 @@ from pathlib import Path
 
 import nbformat
 
+from course_utils.checks._core import misconception_slug
+
 from . import pipeline
 from .submissions import find_tampering, read_notebook, restore_locked_cells, truncate_outputs
 
