@@ -1,14 +1,23 @@
-"""Attention forward on the GPU: the course's Triton kernel against PyTorch SDPA's backends.
+"""Attention on the GPU: the course's Triton kernels against PyTorch SDPA's backends.
 
-    python -m benchmarks.attention                        # the grid below, bf16
+    python -m benchmarks.attention                        # the forward, the grid below, bf16
     python -m benchmarks.attention --learner mod:func     # add a learner's kernel, same signature
     python -m benchmarks.attention --sweep                # also time each launch config by hand
+    python -m benchmarks.attention --backward             # forward + backward (autograd) instead
 
 Grid, as in the FlashAttention-2 paper's benchmarks: batch * N = 16k tokens, hidden
 2048 = heads * d, d in {64, 128}, N in {1k, 4k, 16k}, causal and not. Work: 4 * B * H * N^2 * d
 FLOPs (the two matmuls), half of it when causal. Each variant's output is checked against SDPA's
 before it is timed; times are the median of triton.testing.do_bench after a warm-up (autotuning
 included).
+
+--backward times the course's autograd function (`flash_attention`) and SDPA's backends with
+autograd: forward + backward (a fresh forward, then torch.autograd.grad) and the backward alone
+(torch.autograd.grad on one kept graph, retain_graph=True), each measured, not subtracted. The
+backward's work is counted as 2.5 times the forward's (five N^2 d products: S, dP, dV, dQ, dK,
+though the course kernels do seven, S and dP twice); so fwd+bwd TFLOP/s = 3.5 * forward FLOPs /
+time and bwd TFLOP/s = 2.5 * forward FLOPs / time. Output and gradients are checked against
+SDPA's before timing.
 
 Writes the table last on stdout, a plot (--plot), the raw numbers as JSON and a markdown section
 (--out), and appends that section to benchmarks/RESULTS.md (--results). Without a CUDA GPU it
@@ -164,7 +173,9 @@ def table(points, variants) -> tuple[str, float, float]:
     return "\n".join(lines), geomean(vs_cudnn), (min(finite) if finite else float("nan"))
 
 
-def plot(points, variants, path: Path) -> None:
+def plot(
+    points, variants, path: Path, metric="tflops", ylabel="forward TFLOP/s (bf16)", what="forward"
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -178,16 +189,16 @@ def plot(points, variants, path: Path) -> None:
         )
         ns = [p["n"] for p in pts]
         for v in variants:
-            ax.plot(ns, [p["results"][v]["tflops"] for p in pts], marker="o", label=v)
+            ax.plot(ns, [p["results"][v][metric] for p in pts], marker="o", label=v)
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [f"{n // 1024}k" if n % 1024 == 0 else str(n) for n in ns])
         ax.set_title(f"d = {d}, {'causal' if causal else 'not causal'}")
         ax.set_xlabel("sequence length N")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("forward TFLOP/s (bf16)")
+    axes[0][0].set_ylabel(ylabel)
     axes[0][-1].legend(fontsize=8, loc="lower right")
-    fig.suptitle(f"Attention forward, {torch.cuda.get_device_name()}", fontsize=10)
+    fig.suptitle(f"Attention {what}, {torch.cuda.get_device_name()}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -282,14 +293,268 @@ def report_sweep(points, sweep_rows, out: Path, log) -> None:
         log(f"  {prefix[:3]}: best config per point, geo-mean ratio to cuDNN {geomean(ratios):.3f}")
 
 
+def _precompile_task(task) -> str:
+    """Compile (and launch once, small) one config pair of the course kernels: fills the cache."""
+    kind, d, causal, index = task
+    from course_utils.triton_attention import backward, forward
+
+    q, k, v, do = (
+        torch.randn(1, 1, 1024, d, device=DEVICE, dtype=torch.bfloat16) for _ in range(4)
+    )  # lengths divisible by 16, as the grid's, so the compiled specializations match
+    if kind == "fwd":
+        family = forward.CONFIG_FAMILIES[forward._family(d, torch.bfloat16)]
+        forward.launch_flash_attention_fwd(
+            q, k, v, causal, config=forward.make_config(*family[index])
+        )
+    else:
+        fam = backward._family(d, torch.bfloat16)
+        dkdv = backward.make_config(*backward.DKDV_FAMILIES[fam][index])
+        dq = backward.make_config(*backward.DQ_FAMILIES[fam][index])
+        out, lse = forward.flash_attention_fwd(q, k, v, causal)
+        if causal and (
+            dkdv.kwargs["BLOCK_N"] % dkdv.kwargs["BLOCK_M"]
+            or dq.kwargs["BLOCK_M"] % dq.kwargs["BLOCK_N"]
+        ):
+            return f"{task}: skipped"
+        backward.flash_attention_bwd(do, q, k, v, out, lse, causal, dkdv_config=dkdv, dq_config=dq)
+    torch.cuda.synchronize()
+    return f"{task}: ok"
+
+
+def precompile(head_dims, causals, workers: int, backward: bool, log) -> None:
+    """Compile every autotuning config of the course kernels in parallel processes first.
+
+    Triton's autotuner compiles its configs one after another, on one CPU core; compiled kernels
+    land in Triton's on-disk cache, so the benchmark's autotuning then only times them.
+    """
+    import concurrent.futures
+    import multiprocessing
+    import time
+
+    from course_utils.triton_attention import backward as bwd
+    from course_utils.triton_attention import forward as fwd
+
+    tasks = []
+    for d in head_dims:
+        for causal in causals:
+            n_fwd = len(fwd.CONFIG_FAMILIES[fwd._family(d, torch.bfloat16)])
+            tasks += [("fwd", d, causal, i) for i in range(n_fwd)]
+            if backward:
+                family = bwd._family(d, torch.bfloat16)
+                n_bwd = min(len(bwd.DKDV_FAMILIES[family]), len(bwd.DQ_FAMILIES[family]))
+                tasks += [("bwd", d, causal, i) for i in range(n_bwd)]
+    start = time.perf_counter()
+    context = multiprocessing.get_context("spawn")  # CUDA cannot be forked
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = [pool.submit(_precompile_task, t) for t in tasks]
+        for f in futures:
+            try:
+                f.result()
+            except Exception as e:  # the autotuner meets it again and reports it
+                log(f"    precompile: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+    log(f"precompiled {len(tasks)} config sets in {time.perf_counter() - start:.0f} s")
+
+
+# ---------------------------------------------------------------------------------------------
+# --backward: forward + backward through autograd
+# ---------------------------------------------------------------------------------------------
+
+BWD_FACTOR = 2.5  # backward FLOPs / forward FLOPs: five N^2 d products against two
+
+
+def differentiable_fn(name: str, learner, causal: bool):
+    """f(q, k, v) -> out with autograd: the course function, a learner's, or one SDPA backend."""
+    if name == "course":
+        from course_utils.triton_attention import flash_attention
+
+        return lambda q, k, v: flash_attention(q, k, v, causal)
+    if name == "learner":
+        return lambda q, k, v: _first(learner(q, k, v, causal))
+    return lambda q, k, v: sdpa_fn(name, q, k, v, causal)()
+
+
+def _first(result):
+    return result[0] if isinstance(result, tuple) else result
+
+
+def measure_bwd(name, fn, q, k, v, do, ref, flops, log) -> dict:
+    """Check out and dq, dk, dv against ref, then time fwd+bwd and the backward alone."""
+    nan = float("nan")
+    try:
+        out = fn(q, k, v)
+        grads = torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
+        torch.cuda.synchronize()
+        diffs = [rel_diff(x, r) for x, r in zip((out, *grads), ref, strict=True)]
+        diff = max(diffs)
+        if not diff < CHECK_TOL:
+            detail = ", ".join(
+                f"{n} {e:.1e}" for n, e in zip(("out", "dq", "dk", "dv"), diffs, strict=True)
+            )
+            log(f"    {name:<10} WRONG: relative difference to SDPA {detail}; not timed")
+            return {"fwd_bwd_tflops": nan, "bwd_tflops": nan, "diff": diff, "error": "wrong"}
+        bwd_ms = time_ms(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True))
+        fwd_bwd_ms = time_ms(lambda: torch.autograd.grad(fn(q, k, v), (q, k, v), do))
+    except Exception as e:  # a backend that refuses a shape, a compile error: record and go on
+        log(f"    {name:<10} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        return {"fwd_bwd_tflops": nan, "bwd_tflops": nan, "diff": nan, "error": str(e)}
+    result = {
+        "fwd_bwd_ms": fwd_bwd_ms,
+        "bwd_ms": bwd_ms,
+        "fwd_bwd_tflops": (1 + BWD_FACTOR) * flops / fwd_bwd_ms * 1e-9,
+        "bwd_tflops": BWD_FACTOR * flops / bwd_ms * 1e-9,
+        "diff": diff,
+        "diffs": diffs,
+    }
+    log(
+        f"    {name:<10} fwd+bwd {fwd_bwd_ms:8.3f} ms {result['fwd_bwd_tflops']:6.1f} TFLOP/s, "
+        f"bwd {bwd_ms:8.3f} ms {result['bwd_tflops']:6.1f} TFLOP/s  "
+        f"(max diff to SDPA, out/dq/dk/dv {diff:.1e})"
+    )
+    return result
+
+
+def autotuned_bwd_configs() -> str:
+    """The configs the course backward's autotuners chose last: dkdv and dq, as text."""
+    from course_utils.triton_attention.backward import _autotuned_kernels
+
+    texts = []
+    for name, kernel in zip(("dkdv", "dq"), _autotuned_kernels(), strict=True):
+        c = getattr(kernel, "best_config", None)
+        if c is not None:
+            texts.append(
+                f"{name} {c.kwargs['BLOCK_M']}x{c.kwargs['BLOCK_N']} w{c.num_warps} s{c.num_stages}"
+            )
+    return ", ".join(texts)
+
+
+def bench_point_bwd(d, causal, n, batch, heads, variants, learner, log) -> dict | None:
+    """Check and time forward + backward of every variant at one grid point."""
+    gen = torch.Generator(device=DEVICE).manual_seed(1000 * d + 10 * int(causal) + n + 7)
+    q, k, v, do = (
+        torch.randn(batch, heads, n, d, generator=gen, device=DEVICE, dtype=torch.bfloat16)
+        for _ in range(4)
+    )  # (B, H, N, d) each
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    flops = attention_flops(batch, heads, n, d, causal)
+    log(
+        f"d={d} causal={causal} N={n} B={batch} H={heads}: forward {flops / 1e12:.2f} TFLOP, "
+        f"backward {BWD_FACTOR * flops / 1e12:.2f}"
+    )
+    ref = None
+    for name in SDPA_BACKENDS:  # the first backend that runs gives the reference
+        try:
+            out = differentiable_fn(name, learner, causal)(q, k, v)
+            ref = (out.detach(), *torch.autograd.grad(out, (q, k, v), do))
+            break
+        except RuntimeError:
+            continue
+    if ref is None:
+        log("    no SDPA backend ran; skipping this point")
+        return None
+    results, config = {}, ""
+    for name in variants:
+        fn = differentiable_fn(name, learner, causal)
+        results[name] = measure_bwd(name, fn, q, k, v, do, ref, flops, log)
+        if name == "course":
+            config = autotuned_bwd_configs()
+    point = {"d": d, "causal": causal, "n": n, "batch": batch, "heads": heads}
+    return {**point, "config": config, "results": results}
+
+
+def table_bwd(points, variants) -> tuple[str, dict]:
+    """The markdown table (fwd+bwd and bwd TFLOP/s per variant) and the summary ratios."""
+    head = ["d", "causal", "N", "B x H"]
+    head += [f"{v} fwd+bwd" for v in variants] + [f"{v} bwd" for v in variants]
+    head += ["bwd course/cuDNN", "bwd course/flash", "fwd+bwd course/flash", "config"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    ratios = {"bwd_cudnn": [], "bwd_flash": [], "fwd_bwd_cudnn": [], "fwd_bwd_flash": []}
+    for p in points:
+        r = p["results"]
+        for metric in ("bwd", "fwd_bwd"):
+            for base in ("cudnn", "flash"):
+                key = f"{metric}_tflops"
+                ratios[f"{metric}_{base}"].append(r["course"][key] / r[base][key])
+        cells = [p["d"], p["causal"], p["n"], f"{p['batch']} x {p['heads']}"]
+        cells += [fmt(r[v]["fwd_bwd_tflops"]) for v in variants]
+        cells += [fmt(r[v]["bwd_tflops"]) for v in variants]
+        cells += [fmt(ratios["bwd_cudnn"][-1], 2), fmt(ratios["bwd_flash"][-1], 2)]
+        cells += [fmt(ratios["fwd_bwd_flash"][-1], 2), p.get("config", "")]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    summary = {}
+    for key, values in ratios.items():
+        finite = [x for x in values if x == x]
+        summary[f"geo_{key}"] = geomean(values)
+        summary[f"min_{key}"] = min(finite) if finite else float("nan")
+    return "\n".join(lines), summary
+
+
+def main_backward(args, command, learner, causals, log) -> int:
+    """--backward: the grid, forward + backward, the table, the JSON and the RESULTS section."""
+    variants = ["course", *(["learner"] if learner else []), *SDPA_BACKENDS]
+    device = torch.cuda.get_device_name()
+    clocks_before = nvidia_smi(CLOCKS)
+    log(f"{device}; {versions()}\nnvidia-smi before ({CLOCKS}): {clocks_before}")
+    points = []
+    for d, causal, n, batch, heads in grid(args.d, args.n, causals):
+        point = bench_point_bwd(d, causal, n, batch, heads, variants, learner, log)
+        if point is not None:
+            points.append(point)
+        torch.cuda.empty_cache()
+    clocks_after = nvidia_smi(CLOCKS)
+    log(f"nvidia-smi after: {clocks_after}")
+
+    md, summary = table_bwd(points, variants)
+    plot(points, variants, args.plot, "bwd_tflops", "backward TFLOP/s (bf16)", "backward")
+    record = {"device": device, "versions": versions(), "command": command, "points": points}
+    (args.out / "attention_bwd.json").write_text(json.dumps({**record, **summary}, indent=1))
+    s = summary
+    section = (
+        f"\n## Attention forward + backward, bf16, {device}, "
+        f"{datetime.date.today().isoformat()}\n\n"
+        f"- device: {nvidia_smi('name,driver_version,memory.total')}\n"
+        f"- {CLOCKS}: before the run {clocks_before}; just after the timings {clocks_after}\n"
+        f"- versions: {versions()}\n"
+        f"- command: `{command}`\n"
+        f"- fwd+bwd TFLOP/s = 3.5 * F / median time of a forward and torch.autograd.grad; bwd "
+        f"TFLOP/s = 2.5 * F / median time of torch.autograd.grad alone (retain_graph=True), "
+        f"measured, not subtracted; F = 4*B*H*N^2*d (half when causal), the forward's FLOPs; "
+        f"batch*N = {TOKENS}, heads*d = {HIDDEN}; config: the course backward autotuners' picks\n\n"
+        f"{md}\n\n"
+        f"Backward, course/cuDNN: geometric mean {s['geo_bwd_cudnn']:.3f}, minimum "
+        f"{s['min_bwd_cudnn']:.3f}; course/flash: geometric mean {s['geo_bwd_flash']:.3f}, "
+        f"minimum {s['min_bwd_flash']:.3f}.\n"
+        f"Forward + backward, course/cuDNN: geometric mean {s['geo_fwd_bwd_cudnn']:.3f}; "
+        f"course/flash: geometric mean {s['geo_fwd_bwd_flash']:.3f}, minimum "
+        f"{s['min_fwd_bwd_flash']:.3f}.\n"
+    )
+    (args.out / "RESULTS_bwd_section.md").write_text(section)
+    if not args.no_append:
+        with open(args.results, "a") as f:
+            f.write(section)
+    print("\n" + md)
+    print(
+        f"\nbwd: geo course/cuDNN {s['geo_bwd_cudnn']:.3f}, min course/flash "
+        f"{s['min_bwd_flash']:.3f}; fwd+bwd: geo course/cuDNN {s['geo_fwd_bwd_cudnn']:.3f}, "
+        f"min course/flash {s['min_fwd_bwd_flash']:.3f}"
+    )
+    print(f"plot: {args.plot}; section: {args.out / 'RESULTS_bwd_section.md'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--learner", help="module:function with flash_attention_fwd's signature")
     parser.add_argument("--sweep", action="store_true", help="time each config of the kernel")
+    parser.add_argument(
+        "--backward", action="store_true", help="time forward + backward (autograd) instead"
+    )
+    parser.add_argument(
+        "--precompile", type=int, default=0, help="compile the course configs first, in N processes"
+    )
     parser.add_argument("--d", type=int, nargs="+", default=[64, 128], help="head dimensions")
     parser.add_argument("--n", type=int, nargs="+", default=[1024, 4096, 16384], help="lengths")
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
-    parser.add_argument("--plot", type=Path, default=HERE / "out" / "attention_fwd.png")
+    parser.add_argument("--plot", type=Path, help="default: out/attention_fwd.png or _bwd.png")
     parser.add_argument("--out", type=Path, default=HERE / "out", help="folder for JSON, CSV, md")
     parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     parser.add_argument("--no-append", action="store_true", help="leave RESULTS.md alone")
@@ -304,9 +569,16 @@ def main(argv: list[str] | None = None) -> int:
     causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     variants = ["course", *(["learner"] if learner else []), *SDPA_BACKENDS]
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.plot is None:
+        args.plot = HERE / "out" / f"attention_{'bwd' if args.backward else 'fwd'}.png"
 
     def log(line: str) -> None:
         print(line, flush=True)
+
+    if args.precompile:
+        precompile(args.d, causals, args.precompile, args.backward, log)
+    if args.backward:
+        return main_backward(args, command, learner, causals, log)
 
     device = torch.cuda.get_device_name()
     clocks_before = nvidia_smi(CLOCKS)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Everything the GPU is needed for, in one call: the machine and versions, the kernel's GPU tests,
-# then the benchmark (extra arguments go to `python -m benchmarks.attention`, e.g. --sweep).
-# Logs, the plot, the JSON and the RESULTS.md section land in $OUT (default benchmarks/out).
+# Everything the GPU is needed for, in one call: the machine and versions, the kernels' GPU tests
+# (forward and backward), then the benchmark (extra arguments go to `python -m benchmarks.attention`,
+# e.g. --backward or --sweep). Logs, the plot, the JSON and the RESULTS.md section land in $OUT
+# (default benchmarks/out).
 #
-#   bash benchmarks/gpu_check.sh [--sweep] [--learner module:function]
+#   bash benchmarks/gpu_check.sh [--backward] [--sweep] [--learner module:function]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/out}
@@ -21,13 +22,16 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 } 2>&1 | tee "$OUT/env.txt"
 
 echo "== GPU tests"
-timeout 300 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_triton_forward.py 2>&1 \
-    | tee "$OUT/gpu_tests.txt"
+# Several workers: most of the time is Triton compiling kernels, on the CPU.
+workers=$($PY -c 'import xdist' 2>/dev/null && echo "-n 8")
+timeout 300 $PY -m pytest -q -m gpu -p no:cacheprovider $workers tests/test_triton_forward.py \
+    tests/test_triton_backward.py 2>&1 | tee "$OUT/gpu_tests.txt"
 tests_rc=${PIPESTATUS[0]}
 
 echo "== benchmark"
-$PY -m benchmarks.attention --out "$OUT" --plot "$OUT/attention_fwd.png" --no-append "$@" 2>&1 \
-    | tee "$OUT/bench.txt"
+plot="$OUT/attention_fwd.png"
+for arg in "$@"; do [ "$arg" = --backward ] && plot="$OUT/attention_bwd.png"; done
+$PY -m benchmarks.attention --out "$OUT" --plot "$plot" --no-append "$@" 2>&1 | tee "$OUT/bench.txt"
 bench_rc=${PIPESTATUS[0]}
 
 echo "== exit codes: tests $tests_rc, benchmark $bench_rc"
