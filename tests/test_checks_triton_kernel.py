@@ -1,0 +1,445 @@
+"""The checks of notebook 06: right answers pass, every named mistake is recognized by its slug.
+
+The kernel's mistakes are real @triton.jit functions with one bug each, launched in the skeleton
+of course_utils.triton_attention.learner (Triton's interpreter without a GPU), as a learner's
+would be. Without a GPU the interpreter runs them on small inputs: the whole file takes seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import course_utils.triton_attention as ta
+from course_utils.checks import CheckFailure
+from course_utils.checks import triton_kernel as T
+from course_utils.triton_attention.learner import (
+    check_learner_function,
+    learner_attention,
+    make_learner_attention,
+)
+
+DEVICE = "cpu" if ta.INTERPRETER else "cuda"
+# float32 against float32: exact in the interpreter up to rounding; tf32 tensor cores on a GPU.
+TOL32 = 1e-4 if ta.INTERPRETER else 1e-2
+
+
+# ---- the learner's answers, as the notebook's solution writes them ----------------------------
+def tile_offsets(b, h, pid_m, strides, N, d, BLOCK_M, BLOCK_D):
+    rows = pid_m * BLOCK_M + np.arange(BLOCK_M)
+    cols = np.arange(BLOCK_D)
+    base = b * strides[0] + h * strides[1]
+    offsets = base + rows[:, None] * strides[2] + cols[None, :] * strides[3]
+    return offsets, (rows[:, None] < N) & (cols[None, :] < d)
+
+
+@triton.jit
+def step(acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    visible = offs_n[None, :] < seqlen_k
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def finalize(acc, m_i, l_i):
+    return acc / l_i[:, None], (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+
+
+# ---- steps with one bug each --------------------------------------------------------------------
+@triton.jit
+def step_exp(acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    visible = offs_n[None, :] < seqlen_k
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp(m_i - m_new)  # the bug: exp with the base-2 scale
+    p = tl.exp(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def step_no_scale(acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr):
+    s = tl.dot(q, tl.trans(k))  # the bug: qk_scale forgotten
+    visible = offs_n[None, :] < seqlen_k
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def step_acc_not_rescaled(
+    acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr
+):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    visible = offs_n[None, :] < seqlen_k
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc + tl.dot(p.to(v.dtype), v)  # the bug: acc keeps the old max
+    return acc, m_new, l_i
+
+
+@triton.jit
+def step_l_not_rescaled(
+    acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr
+):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    visible = offs_n[None, :] < seqlen_k
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i + tl.sum(p, 1)  # the bug: l_i keeps the old max
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def step_normalized(
+    acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr
+):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    visible = offs_n[None, :] < seqlen_k
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    p = p / tl.sum(p, 1)[:, None]  # the bug: this tile's softmax, normalized on its own
+    acc = acc + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def step_unmasked(acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    if CAUSAL:  # the bug: keys past seqlen_k keep their score 0
+        s = tl.where(offs_n[None, :] <= offs_m[:, None], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def step_strict_causal(
+    acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr
+):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    visible = offs_n[None, :] < seqlen_k
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] < offs_m[:, None])  # the bug: < hides the diagonal
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def step_no_causal(
+    acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr
+):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    s = tl.where(offs_n[None, :] < seqlen_k, s, float("-inf"))  # the bug: CAUSAL ignored
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def step_no_cast(acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    visible = offs_n[None, :] < seqlen_k
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p, v)  # the bug: p is float32, v may be float16
+    return acc, m_new, l_i
+
+
+# ---- finalize with one bug each -----------------------------------------------------------------
+@triton.jit
+def finalize_base2(acc, m_i, l_i):
+    return acc / l_i[:, None], m_i + tl.math.log2(l_i)  # the bug: lse left in base 2
+
+
+@triton.jit
+def finalize_mixed(acc, m_i, l_i):
+    return acc / l_i[:, None], m_i + tl.log(l_i)  # the bug: m_i in base 2, log(l_i) natural
+
+
+@triton.jit
+def finalize_no_divide(acc, m_i, l_i):
+    return acc, (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # the bug: out = acc
+
+
+@triton.jit
+def finalize_no_max(acc, m_i, l_i):
+    return acc / l_i[:, None], tl.log(l_i)  # the bug: the running max is left out
+
+
+@triton.jit
+def step_stub(acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+@triton.jit
+def finalize_stub(acc, m_i, l_i):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+def run_quietly(check, *fns, **kwargs) -> str:
+    """Run a check; return what it printed, failing on stderr output or a warning."""
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("error")
+        check(*fns, **kwargs)
+    assert err.getvalue() == ""
+    return out.getvalue()
+
+
+# ---- exercise 1: tile_offsets ------------------------------------------------------------------
+def test_tile_offsets_answer_passes_with_one_line():
+    printed = run_quietly(T.check_tile_offsets, tile_offsets)
+    assert printed.count("✓") == 1 and printed.count("\n") == 1
+
+
+def test_tile_offsets_hidden_mode_passes():
+    for _ in range(3):
+        assert "✓" in run_quietly(T.check_tile_offsets, tile_offsets, seed=None, trials=40)
+
+
+def test_tile_offsets_agree_with_torch_indexing():
+    """offsets[mask] picks exactly x[b, h, rows, :d] out of the flat storage, for any layout."""
+    x = torch.arange(2 * 5 * 3 * 20).reshape(2, 5, 3, 20).transpose(1, 2)  # (B, H, N, d) view
+    flat = x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,))
+    for pid_m in range(3):
+        offsets, mask = T._tile_offsets_reference(1, 2, pid_m, x.stride(), 5, 20, 2, 32)
+        rows = [r for r in range(pid_m * 2, pid_m * 2 + 2) if r < 5]
+        assert torch.equal(flat[torch.from_numpy(offsets[mask])], x[1, 2, rows, :].reshape(-1))
+
+
+@pytest.mark.parametrize("mistake", T.TILE_OFFSETS_MISTAKES, ids=lambda m: m.slug)
+def test_each_tile_offsets_mistake_is_named(mistake):
+    with pytest.raises(CheckFailure) as info:
+        T.check_tile_offsets(mistake.fn)
+    assert f"[misconception: {mistake.slug}]" in str(info.value)
+
+
+def test_tile_offsets_not_implemented_propagates():
+    def stub(*args):
+        raise NotImplementedError
+
+    with pytest.raises(NotImplementedError):
+        T.check_tile_offsets(stub)
+
+
+# ---- exercise 2: the kernel ---------------------------------------------------------------------
+def test_kernel_answer_passes_with_one_line():
+    printed = run_quietly(T.check_attention_kernel, step, finalize)
+    assert printed.count("✓") == 1 and printed.count("\n") == 1
+
+
+def test_kernel_hidden_mode_passes():
+    for _ in range(2):
+        assert "✓" in run_quietly(T.check_attention_kernel, step, finalize, seed=None, trials=4)
+
+
+@pytest.mark.parametrize(
+    "bad_step, bad_finalize, slug",
+    [
+        (step_exp, finalize, "exp-vs-exp2"),
+        (step_no_scale, finalize, "missing-scale"),
+        (step_acc_not_rescaled, finalize, "rescale-l-not-acc"),
+        (step_l_not_rescaled, finalize, "rescale-acc-not-l"),
+        (step_normalized, finalize_no_divide, "normalize-then-add"),
+        (step, finalize_no_divide, "no-final-divide"),
+        (step_unmasked, finalize, "ragged-tile"),
+        (step_strict_causal, finalize, "causal-off-by-one"),
+        (step_no_causal, finalize, "causal-mask-missing"),
+        (step, finalize_base2, "base2-lse"),
+        (step, finalize_mixed, "base2-lse"),
+        (step, finalize_no_max, "lse-without-max"),
+    ],
+    ids=lambda x: x if isinstance(x, str) else "",
+)
+def test_each_kernel_mistake_is_named(bad_step, bad_finalize, slug):
+    with pytest.raises(CheckFailure) as info:
+        T.check_attention_kernel(bad_step, bad_finalize)
+    message = str(info.value)
+    assert f"[misconception: {slug}]" in message, message
+    assert "worst row" in message and "expected" in message
+
+
+def test_every_kernel_slug_has_a_buggy_kernel_above():
+    tested = {
+        "exp-vs-exp2", "missing-scale", "rescale-l-not-acc", "rescale-acc-not-l",
+        "normalize-then-add", "no-final-divide", "ragged-tile", "causal-off-by-one",
+        "causal-mask-missing", "base2-lse", "lse-without-max",
+    }  # fmt: skip
+    slugs = {m.slug for m in T.KERNEL_OUT_MISTAKES + T.KERNEL_LSE_MISTAKES}
+    assert slugs - tested == {"normalize-then-average"}  # emulated below instead
+
+
+def test_normalize_then_average_is_named_from_its_emulation():
+    """No short kernel averages tiles (it needs a tile counter): check the emulation is named."""
+    case = T._kernel_cases(0, 0, on_gpu=False)[1]
+    (q, k, v), (q64, k64, v64) = T._inputs(case, torch, "cpu")
+    args = (q64, k64, v64, case.causal, 1 / math.sqrt(case.d), case.block_m, case.block_n)
+    theirs = T.emulate_kernel(*args, combine="normalize-average")[0]
+    expected = T._reference_attention(q64, k64, v64, case.causal, args[4])[0]
+    found = T._diagnose(0, theirs, args, expected, T.KERNEL_OUT_MISTAKES, 1e-5, 1e-3)
+    assert found is not None and found.slug == "normalize-then-average"
+
+
+def test_missing_cast_is_explained_by_the_float16_case():
+    with pytest.raises(CheckFailure) as info:
+        T.check_attention_kernel(step_no_cast, finalize)
+    assert "p.to(v.dtype)" in str(info.value) and "float16" in str(info.value)
+
+
+@pytest.mark.parametrize("stubs", [(step_stub, finalize), (step, finalize_stub)])
+def test_kernel_not_implemented_propagates_before_any_launch(stubs):
+    with pytest.raises(NotImplementedError, match="not written yet"):
+        T.check_attention_kernel(*stubs)
+    q = torch.zeros(1, 1, 16, 16, device=DEVICE)
+    with pytest.raises(NotImplementedError):
+        learner_attention(*stubs, q, q, q)
+
+
+def test_a_plain_python_function_is_refused_with_a_clear_error():
+    def plain(acc, m_i, l_i):
+        return acc, m_i
+
+    with pytest.raises(CheckFailure, match="@triton.jit"):
+        T.check_attention_kernel(step, plain)
+    with pytest.raises(TypeError, match="@triton.jit"):
+        check_learner_function(plain, "finalize_rows")
+
+
+def test_emulation_without_bugs_is_attention():
+    """The float64 emulation of the skeleton with no bug equals the direct float64 attention."""
+    rng = np.random.default_rng(0)
+    for causal, n_q, n_k, bm, bn in [(False, 33, 70, 32, 16), (True, 50, 50, 16, 32)]:
+        q, k, v = (rng.standard_normal((2, 2, n, 24)) for n in (n_q, n_k, n_k))
+        got = T.emulate_kernel(q, k, v, causal, 0.3, bm, bn)
+        want = T._reference_attention(q, k, v, causal, 0.3)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_every_out_mistake_is_shown_by_some_case():
+    """Each emulated mistake differs from attention on at least one interpreter case."""
+    cases = T._kernel_cases(0, 3, on_gpu=False)
+    for mistake in T.KERNEL_OUT_MISTAKES + T.KERNEL_LSE_MISTAKES:
+        which = 0 if mistake in T.KERNEL_OUT_MISTAKES else 1
+        shown = False
+        for case in cases:
+            _, (q, k, v) = T._inputs(case, torch, "cpu")
+            args = (q, k, v, case.causal, 1 / math.sqrt(case.d), case.block_m, case.block_n)
+            theirs = mistake.fn(*args)[which]
+            expected = T._reference_attention(*args[:5])[which]
+            if T._rel_err(theirs, expected) > 1e-2:
+                shown = True
+                break
+        assert shown, mistake.title
+
+
+def test_learner_attention_matches_the_course_kernel_and_the_benchmark_signature():
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 3, 45, 32, generator=gen).to(DEVICE) for _ in range(3))
+    attention = make_learner_attention(step, finalize)
+    for causal in (False, True):
+        out, lse = attention(q, k, v, causal)
+        ref_out, ref_lse = ta.flash_attention_fwd(q, k, v, causal)
+        torch.testing.assert_close(out, ref_out, rtol=TOL32, atol=TOL32)
+        torch.testing.assert_close(lse, ref_lse, rtol=TOL32, atol=TOL32)
+
+
+def test_learner_attention_strided_bfloat16_and_empty_inputs():
+    gen = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(1, 40, 2, 16, generator=gen).to(DEVICE).transpose(1, 2) for _ in "qkv")
+    out, lse = learner_attention(step, finalize, q, k, v, causal=True)
+    ref_out, _ = ta.flash_attention_fwd(q, k, v, causal=True)
+    torch.testing.assert_close(out, ref_out, rtol=TOL32, atol=TOL32)
+    out16, _ = learner_attention(step, finalize, q.bfloat16(), k.bfloat16(), v.bfloat16())
+    assert out16.dtype == torch.bfloat16
+    assert (out16.float() - ta.flash_attention_fwd(q, k, v)[0]).abs().max() < 2e-2
+    empty = torch.zeros(1, 2, 0, 16, device=DEVICE)
+    out, lse = learner_attention(step, finalize, q[:, :, :3], empty, empty)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
+
+
+def test_learner_attention_refuses_bad_tiles():
+    q = torch.zeros(1, 1, 16, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="power of two"):
+        learner_attention(step, finalize, q, q, q, block_m=24)
+
+
+# ---- quick checks --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "check, right, wrong",
+    [
+        (T.check_quick_num_programs, 128, 120),
+        (T.check_quick_qk_scale, 0.125 * 1.4426950408889634, 0.125),
+        (T.check_quick_causal_kv_tiles, 12, 32),
+    ],
+)
+def test_quick_checks(check, right, wrong):
+    assert "✓" in run_quietly(check, right)
+    with pytest.raises(CheckFailure, match="hint"):
+        check(wrong)
+    with pytest.raises(CheckFailure, match="no answer yet"):
+        check(None)
