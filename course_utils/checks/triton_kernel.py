@@ -24,6 +24,7 @@ mistakes to 1e-6, right for float64 NumPy exercises, too tight for a kernel.)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import io
 import math
@@ -460,6 +461,18 @@ class KernelCase:
         )
 
 
+def _ampere_or_newer() -> bool:
+    """bfloat16 tl.dot and 128 x 64 tiles need an sm_80+ GPU (a Colab T4 is sm_75)."""
+    import torch
+
+    return torch.cuda.get_device_capability()[0] >= 8
+
+
+def _for_older_gpu(case: KernelCase) -> KernelCase:
+    """The same case in float16 with 64 x 32 tiles, which fit an older GPU's shared memory."""
+    return dataclasses.replace(case, dtype="float16", block_m=64, block_n=32)
+
+
 def _kernel_cases(seed, trials, on_gpu: bool) -> list[KernelCase]:
     if on_gpu:  # the compiled kernel: half precision, real tile sizes
         cases = [
@@ -489,6 +502,8 @@ def _kernel_cases(seed, trials, on_gpu: bool) -> list[KernelCase]:
             KernelCase("float16 inputs, causal, N = 40", 1, 2, 40, 40, 32, True, 32, 16,
                        "float16", 7),
         ]  # fmt: skip
+    if on_gpu and not _ampere_or_newer():
+        cases = [_for_older_gpu(c) for c in cases]
     rng = np.random.default_rng(seed)
     for t in range(trials):
         causal = bool(rng.integers(2))
@@ -497,6 +512,8 @@ def _kernel_cases(seed, trials, on_gpu: bool) -> list[KernelCase]:
             d = int(rng.choice([64, 96, 128]))
             block_m, block_n = 128, 64
             dtype = str(rng.choice(["float16", "bfloat16"]))
+            if not _ampere_or_newer():
+                block_m, block_n, dtype = 64, 32, "float16"
         else:
             n_q = int(rng.integers(1, 65))
             d = int(rng.choice([16, 24, 32]))
