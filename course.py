@@ -78,10 +78,11 @@ def ensure_env() -> Path:
 
 def cmd_lab(args: list[str]) -> int:
     py = ensure_env()
-    opts = ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={ROOT}"]
+    notebooks = ROOT / "notebooks"
+    opts = ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={notebooks}"]
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and Colab-like machines
         opts.append("--allow-root")
-    return run([py, "-m", "jupyter", "lab", *opts, *args, str(ROOT / "notebooks")])
+    return run([py, "-m", "jupyter", "lab", *opts, *args])
 
 
 def cmd_test(args: list[str]) -> int:
