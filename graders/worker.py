@@ -132,5 +132,20 @@ def _finish(result: dict, start: float, out: Path) -> dict:
     return result
 
 
+def cap_memory(memory_gb: float | None) -> None:
+    """Cap this process's address space; the notebook's kernel, started from here, inherits it."""
+    if not memory_gb:
+        return
+    try:
+        import resource
+
+        cap = int(memory_gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    except (ImportError, ValueError, OSError):  # not on this platform: grade without a cap
+        pass
+
+
 if __name__ == "__main__":
-    print(json.dumps(grade_one(json.loads(sys.argv[1]))))
+    job = json.loads(sys.argv[1])
+    cap_memory(job.get("memory_gb"))
+    print(json.dumps(grade_one(job)))
