@@ -13,6 +13,7 @@ writes to stderr scores 0, and a correct solution must never lose points for a h
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import re
 import sys
@@ -389,3 +390,45 @@ def check_answer(
         return
     msg = f"✗ {label}: {describe(yours)} is not right."
     raise CheckFailure(msg + (f"\n  hint: {hint}" if hint else ""))
+
+
+def hinted_answer(
+    label: str, yours, expected, wrong_answers, default_hint: str, rtol: float = 1e-3
+) -> None:
+    """check_answer whose hint is chosen by the wrong answer given, when it is a known one.
+
+    wrong_answers: (value, hint) pairs, e.g. (8 / 10, "that is the ratio the other way round");
+    a wrong answer within 1% of a value gets its hint, any other gets default_hint.
+    """
+    hint = default_hint
+    try:
+        value = float(yours)
+    except (TypeError, ValueError):
+        value = None
+    if value is not None:
+        for wrong, why in wrong_answers:
+            if abs(value - wrong) <= max(1e-2, rtol) * abs(wrong):
+                hint = why
+                break
+    check_answer(label, yours, expected, rtol=rtol, hint=hint)
+
+
+def pick_output(fn: Callable, k: int, names: tuple[str, ...], name: str) -> Callable:
+    """A function returning output k of fn, after checking fn returns len(names) values.
+
+    Lets run_cases compare one output at a time (O first, then lse), so a mistake in O is named
+    whatever the learner did with lse.
+    """
+
+    @functools.wraps(fn)
+    def picked(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if not isinstance(out, tuple | list) or len(out) != len(names):
+            kind = type(out).__name__ + (
+                f" of length {len(out)}" if hasattr(out, "__len__") else ""
+            )
+            what = {2: "the pair", 3: "the triple"}.get(len(names), f"{len(names)} values")
+            raise TypeError(f"{name} must return {what} ({', '.join(names)}), got {kind}")
+        return out[k]
+
+    return picked

@@ -32,7 +32,16 @@ import numpy as np
 from ..attention import attention_reference
 from ..backward import attention_backward_reference, softmax_backward
 from ..softmax import NEG_INF
-from ._core import CALLS_REFERENCE, Case, CheckFailure, Mistake, check_answer, close, run_cases
+from ._core import (
+    CALLS_REFERENCE,
+    Case,
+    CheckFailure,
+    Mistake,
+    close,
+    pick_output,
+    run_cases,
+)
+from ._core import hinted_answer as _hinted
 
 __all__ = [
     "BACKWARD_MISTAKES",
@@ -646,22 +655,6 @@ def _backward_cases(seed, trials):
     return cases
 
 
-def _returns_triple(fn: Callable, k: int, name: str) -> Callable:
-    """fn's output number k, after checking that fn returns the triple (dQ, dK, dV)."""
-
-    @functools.wraps(fn)
-    def picked(*args, **kwargs):
-        out = fn(*args, **kwargs)
-        if not isinstance(out, tuple | list) or len(out) != 3:
-            kind = type(out).__name__ + (
-                f" of length {len(out)}" if hasattr(out, "__len__") else ""
-            )
-            raise TypeError(f"{name} must return the triple (dQ, dK, dV), got {kind}")
-        return out[k]
-
-    return picked
-
-
 def check_flash_attention_backward(fn: Callable, seed: int | None = 0, trials: int = 10) -> None:
     """Check flash_attention_backward(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False).
 
@@ -680,7 +673,7 @@ def check_flash_attention_backward(fn: Callable, seed: int | None = 0, trials: i
     rounds = [
         (
             out_name,
-            _returns_triple(watched, k, name),
+            pick_output(watched, k, ("dQ", "dK", "dV"), name),
             lambda *a, k=k, **kw: _reference_backward(*a, **kw)[k],
             [
                 Mistake(m.slug, m.title, m.explanation, _shown_only(m.fn, _reference_backward, k))
@@ -712,19 +705,6 @@ def check_flash_attention_backward(fn: Callable, seed: int | None = 0, trials: i
 
 
 # ---- quick checks ---------------------------------------------------------------------------
-def _hinted(label, answer, expected, hints, default_hint, rtol=1e-3):
-    """check_answer with a hint chosen by which wrong value the learner gave."""
-    hint = default_hint
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
-        value = None
-    if value is not None:
-        for wrong, why in hints:
-            if math.isclose(value, wrong, rel_tol=1e-2):
-                hint = why
-                break
-    check_answer(label, answer, expected, rtol=rtol, hint=hint)
 
 
 def check_quick_backward_flops_ratio(answer) -> None:

@@ -34,9 +34,12 @@ from ._core import (
     Mistake,
     _LearnerRaised,
     call_learner,
-    check_answer,
     close,
+    pick_output,
     run_cases,
+)
+from ._core import (
+    hinted_answer as _hinted,
 )
 
 __all__ = [
@@ -560,22 +563,6 @@ def _flash_cases(seed, trials):
     return cases
 
 
-def _returns_pair(fn: Callable, k: int, name: str) -> Callable:
-    """fn's output number k, after checking that fn returns the pair (O, lse)."""
-
-    @functools.wraps(fn)
-    def picked(*args, **kwargs):
-        out = fn(*args, **kwargs)
-        if not isinstance(out, tuple | list) or len(out) != 2:
-            kind = type(out).__name__ + (
-                f" of length {len(out)}" if hasattr(out, "__len__") else ""
-            )
-            raise TypeError(f"{name} must return the pair (O, lse), got {kind}")
-        return out[k]
-
-    return picked
-
-
 def check_flash_attention_forward(fn: Callable, seed: int | None = 0, trials: int = 10) -> None:
     """Check flash_attention_forward(Q, K, V, Br=16, Bc=16, causal=False) -> (O, lse).
 
@@ -597,7 +584,7 @@ def check_flash_attention_forward(fn: Callable, seed: int | None = 0, trials: in
         run = functools.partial(
             run_cases,
             name,
-            _returns_pair(fn, k, name),
+            pick_output(fn, k, ("O", "lse"), name),
             lambda *a, k=k, **kw: _reference_forward(*a, **kw)[k],
             cases,
             outputs=(out_name,),
@@ -613,19 +600,6 @@ def check_flash_attention_forward(fn: Callable, seed: int | None = 0, trials: in
 
 
 # ---- quick checks ----------------------------------------------------------------------------
-def _hinted(label, answer, expected, hints, default_hint, rtol=1e-3):
-    """check_answer with a hint chosen by which wrong value the learner gave."""
-    hint = default_hint
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
-        value = None
-    if value is not None:
-        for wrong, why in hints:
-            if math.isclose(value, wrong, rel_tol=1e-2):
-                hint = why
-                break
-    check_answer(label, answer, expected, rtol=rtol, hint=hint)
 
 
 def check_quick_scores_mib(answer) -> None:

@@ -40,8 +40,10 @@ from ._core import (
     Mistake,
     _LearnerRaised,
     call_learner,
-    check_answer,
     run_cases,
+)
+from ._core import (
+    hinted_answer as _hinted,
 )
 
 __all__ = [
@@ -634,15 +636,6 @@ def _near(a, b, rtol=0.02) -> bool:
         return abs(float(a) - b) <= rtol * abs(b)
     except (TypeError, ValueError):
         return False
-
-
-def _hinted(label, answer, expected, wrong, hint, rtol):
-    """check_answer with a hint chosen by the wrong answer the learner gave (if recognized)."""
-    for value, why in wrong:
-        if _near(answer, value, rtol):
-            hint = why
-            break
-    check_answer(label, answer, expected, rtol=rtol, hint=hint)
 
 
 def check_quick_ratio_d128(answer) -> None:

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._core import Case, CheckFailure, Mistake, check_answer, describe, run_cases
+from ._core import Case, CheckFailure, Mistake, describe, run_cases
+from ._core import hinted_answer as _hinted
 
 __all__ = [
     "KERNEL_LSE_MISTAKES",
@@ -738,19 +739,6 @@ def check_attention_kernel(
 
 
 # ---- quick checks --------------------------------------------------------------------------------
-def _hinted(label, answer, expected, hints, default_hint, rtol=1e-3):
-    """check_answer with a hint chosen by which wrong value the learner gave."""
-    hint = default_hint
-    try:
-        value = float(answer)
-    except (TypeError, ValueError):
-        value = None
-    if value is not None:
-        for wrong, why in hints:
-            if math.isclose(value, wrong, rel_tol=1e-2):
-                hint = why
-                break
-    check_answer(label, answer, expected, rtol=rtol, hint=hint)
 
 
 def check_quick_num_programs(answer) -> None:
