@@ -148,13 +148,16 @@ def test_matches_float64(shape, dtype):
 TILINGS = [(16, 16), (32, 16), (64, 16), (16, 64), (64, 64)]
 
 
+# The causal loop needs BLOCK_M to be a multiple of BLOCK_N, so (16, 64) runs without the mask only.
+TILING_CASES = [(t, c) for t in TILINGS for c in (False, True) if not (c and t[0] % t[1])]
+
+
 @pytest.mark.parametrize("tma", [False, True], ids=["pointers", "descriptors"])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("tiling", TILINGS, ids=lambda t: f"{t[0]}x{t[1]}")
+@pytest.mark.parametrize(
+    "tiling, causal", TILING_CASES, ids=[f"{t[0]}x{t[1]}-causal{c}" for t, c in TILING_CASES]
+)
 def test_any_tiling_and_tile_movement(tiling, causal, tma):
     block_m, block_n = tiling
-    if causal and block_m % block_n:
-        pytest.skip("causal needs BLOCK_M to be a multiple of BLOCK_N")
     n_k = 70 if causal else 45
     gen = make_generator(tiling, causal, tma)
     q, k, v = make_qkv(gen, 1, 2, 70, n_k, 32, torch.float32)
