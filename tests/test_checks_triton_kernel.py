@@ -7,16 +7,14 @@ would be. Without a GPU the interpreter runs them on small inputs: the whole fil
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
-import warnings
 
 import numpy as np
 import pytest
 import torch
 import triton
 import triton.language as tl
+from checkhelp import run_quietly
 
 import course_utils.triton_attention as ta
 from course_utils.checks import CheckFailure
@@ -234,20 +232,6 @@ def step_stub(acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL
 def finalize_stub(acc, m_i, l_i):
     # YOUR CODE HERE
     raise NotImplementedError()
-
-
-def run_quietly(check, *fns, **kwargs) -> str:
-    """Run a check; return what it printed, failing on stderr output or a warning."""
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        warnings.catch_warnings(),
-    ):
-        warnings.simplefilter("error")
-        check(*fns, **kwargs)
-    assert err.getvalue() == ""
-    return out.getvalue()
 
 
 # ---- exercise 1: tile_offsets ------------------------------------------------------------------
