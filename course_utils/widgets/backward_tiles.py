@@ -34,6 +34,7 @@ from .tile_grid import (
     _hex,
     _n_tiles,
     _span,
+    paint_tiles,
     tile_kinds,
 )
 
@@ -132,21 +133,9 @@ def backward_traffic(N: int, d: int, Br: int, Bc: int, causal: bool = False) -> 
 def _score_image(state: dict, N: int, Br: int, Bc: int) -> np.ndarray:
     """RGBA picture of the N x N score matrix at this step, one pixel per score."""
     img = np.ones((N, N, 4))
-    kinds, step = state["kinds"], state["step"]
-    for i, j in zip(*np.nonzero(kinds == SKIP), strict=True):
-        r0, r1 = _span(i, Br, N)
-        c0, c1 = _span(j, Bc, N)
-        img[r0:r1, c0:c1] = _hex(SKIP_GREY)
-    done = state["schedule"][:step]
-    computed = np.zeros((N, N), dtype=bool)
-    for t, tile in enumerate(done):
-        r0, r1 = _span(tile.i, Br, N)
-        c0, c1 = _span(tile.j, Bc, N)
-        img[r0:r1, c0:c1] = _hex(BLUE if t == len(done) - 1 else LIGHT_BLUE)
-        computed[r0:r1, c0:c1] = True
-    if state["causal"]:
-        hidden = np.arange(N)[None, :] > np.arange(N)[:, None]
-        img[hidden & computed] = _hex(MASKED_GREY)
+    rows, cols = np.arange(N)[:, None], np.arange(N)[None, :]
+    hidden = (cols > rows) if state["causal"] else np.zeros((N, N), dtype=bool)
+    paint_tiles(img, state["kinds"], state["schedule"][: state["step"]], N, Br, Bc, hidden)
     return img
 
 

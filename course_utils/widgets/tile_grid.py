@@ -240,6 +240,25 @@ def _describe_step(state: dict, N, Br, Bc) -> str:
     return f"standard, step {step} of {total}: kernel {kernel + 1} ({name}), rows {r0}-{r1 - 1}"
 
 
+def paint_tiles(img, kinds, done, N: int, Br: int, Bc: int, hidden) -> None:
+    """Paint skipped tiles grey and the tiles visited so far (`done`) blue, the last one darker.
+
+    Scores hidden by the causal mask inside a computed tile are painted dark grey. img: (N, N, 4)
+    RGBA, kinds: (T_r, T_c) tile kinds, hidden: (N, N) bool. Shared by the backward tile grid.
+    """
+    for i, j in zip(*np.nonzero(kinds == SKIP), strict=True):
+        r0, r1 = _span(i, Br, N)
+        c0, c1 = _span(j, Bc, N)
+        img[r0:r1, c0:c1] = _hex(SKIP_GREY)
+    computed = np.zeros((N, N), dtype=bool)
+    for t, tile in enumerate(done):
+        r0, r1 = _span(tile.i, Br, N)
+        c0, c1 = _span(tile.j, Bc, N)
+        img[r0:r1, c0:c1] = _hex(BLUE if t == len(done) - 1 else LIGHT_BLUE)
+        computed[r0:r1, c0:c1] = True
+    img[hidden & computed] = _hex(MASKED_GREY)  # scores set to -inf inside computed tiles
+
+
 def _score_image(state: dict, N: int, Br: int, Bc: int) -> np.ndarray:
     """RGBA picture of the N x N score matrix at this step, one pixel per score."""
     img = np.ones((N, N, 4))
@@ -247,21 +266,7 @@ def _score_image(state: dict, N: int, Br: int, Bc: int) -> np.ndarray:
     rows, cols = np.arange(N)[:, None], np.arange(N)[None, :]
     hidden = (cols > rows) if causal else np.zeros((N, N), dtype=bool)
     if state["mode"] == "flash":
-        kinds = state["kinds"]
-        for i in range(kinds.shape[0]):
-            for j in range(kinds.shape[1]):
-                if kinds[i, j] == SKIP:
-                    r0, r1 = _span(i, Br, N)
-                    c0, c1 = _span(j, Bc, N)
-                    img[r0:r1, c0:c1] = _hex(SKIP_GREY)
-        done = state["schedule"][:step]
-        computed = np.zeros((N, N), dtype=bool)
-        for t, tile in enumerate(done):
-            r0, r1 = _span(tile.i, Br, N)
-            c0, c1 = _span(tile.j, Bc, N)
-            img[r0:r1, c0:c1] = _hex(BLUE if t == len(done) - 1 else LIGHT_BLUE)
-            computed[r0:r1, c0:c1] = True
-        img[hidden & computed] = _hex(MASKED_GREY)  # scores set to -inf inside computed tiles
+        paint_tiles(img, state["kinds"], state["schedule"][:step], N, Br, Bc, hidden)
     else:
         stripes = _n_tiles(N, Br)
         for s in range(step):
