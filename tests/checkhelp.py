@@ -12,7 +12,13 @@ from course_utils.checks._core import misconception_slug
 
 def as_learner(fn):
     """A buggy implementation of a checks module, wrapped so it looks like a learner's own."""
-    return lambda *args, **kwargs: fn(*args, **kwargs)
+
+    def learner(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    # the replays live in course_utils, whose every function the reference watch counts
+    learner.__course_test_double__ = True
+    return learner
 
 
 def run_quietly(check, *args, **kwargs) -> str:

@@ -8,13 +8,16 @@ would be. Without a GPU the interpreter runs them on small inputs: the whole fil
 from __future__ import annotations
 
 import math
+import os
+import time
+import warnings
 
 import numpy as np
 import pytest
 import torch
 import triton
 import triton.language as tl
-from checkhelp import run_quietly
+from checkhelp import as_learner, run_quietly, slug_of
 
 import course_utils.triton_attention as ta
 from course_utils.checks import CheckFailure
@@ -57,6 +60,74 @@ def step(acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.
 @triton.jit
 def finalize(acc, m_i, l_i):
     return acc / l_i[:, None], (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+
+
+# ---- other right answers, in other styles -------------------------------------------------------
+def tile_offsets_contiguous(b, h, pid_m, strides, N, d, BLOCK_M, BLOCK_D):
+    """As the kernels write it: the last dimension is contiguous, so column c is c elements on."""
+    s0, s1, s2, _ = strides
+    offs_m = pid_m * BLOCK_M + np.arange(BLOCK_M)
+    offs_d = np.arange(BLOCK_D)
+    offsets = b * s0 + h * s1 + offs_m[:, None] * s2 + offs_d[None, :]
+    return offsets, (offs_m[:, None] < N) & (offs_d[None, :] < d)
+
+
+def tile_offsets_outer(b, h, pid_m, strides, N, d, BLOCK_M, BLOCK_D):
+    rows = np.arange(pid_m * BLOCK_M, (pid_m + 1) * BLOCK_M)
+    cols = np.arange(BLOCK_D)
+    offsets = np.add.outer(rows * strides[2], cols * strides[3]) + b * strides[0] + h * strides[1]
+    return offsets, np.logical_and.outer(rows < N, cols < d)
+
+
+def tile_offsets_loops(b, h, pid_m, strides, N, d, BLOCK_M, BLOCK_D):
+    offsets = np.empty((BLOCK_M, BLOCK_D), dtype=np.int64)
+    mask = np.zeros((BLOCK_M, BLOCK_D), dtype=bool)
+    for r in range(BLOCK_M):
+        row = pid_m * BLOCK_M + r
+        for c in range(BLOCK_D):
+            offsets[r, c] = b * strides[0] + h * strides[1] + row * strides[2] + c * strides[3]
+            mask[r, c] = row < N and c < d
+    return offsets, mask
+
+
+@triton.jit
+def step_styled(acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr):
+    """The mask built in one expression, the max the other way round, p before alpha."""
+    s = tl.dot(q, tl.trans(k))
+    keep = (offs_n[None, :] < seqlen_k) & ((offs_n[None, :] <= offs_m[:, None]) | (not CAUSAL))
+    s = tl.where(keep, s * qk_scale, -float("inf"))
+    m_new = tl.maximum(tl.max(s, axis=1), m_i)
+    p = tl.math.exp2(s - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    acc = acc * alpha[:, None]
+    acc += tl.dot(p.to(v.dtype), v)
+    l_i = alpha * l_i + tl.sum(p, axis=1)
+    m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def finalize_styled(acc, m_i, l_i):
+    """One reciprocal per row; the lse as m_i ln 2 + ln l_i."""
+    inv = 1.0 / l_i
+    return acc * inv[:, None], m_i * 0.6931471805599453 + tl.log(l_i)
+
+
+@triton.jit
+def step_scaled_q(acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr):
+    """qk_scale applied to q before the product (in its dtype), the causal mask in its own if."""
+    s = tl.dot((q * qk_scale).to(q.dtype), tl.trans(k))
+    s = tl.where(offs_n[None, :] < seqlen_k, s, float("-inf"))
+    if CAUSAL:
+        s = tl.where(offs_n[None, :] <= offs_m[:, None], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    return (
+        acc * alpha[:, None] + tl.dot(p.to(v.dtype), v),
+        m_new,
+        l_i * alpha + tl.sum(p, 1),
+    )
 
 
 # ---- steps with one bug each --------------------------------------------------------------------
@@ -201,6 +272,57 @@ def step_no_cast(acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAU
     return acc, m_new, l_i
 
 
+@triton.jit
+def step_p_old_max(
+    acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr
+):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    visible = offs_n[None, :] < seqlen_k
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_i[:, None])  # the bug: the old max (-inf at the first tile)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def step_alpha_inverted(
+    acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr
+):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    visible = offs_n[None, :] < seqlen_k
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_new - m_i)  # the bug: the wrong way round
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def step_float16_state(
+    acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr
+):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    visible = offs_n[None, :] < seqlen_k
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = (l_i * alpha + tl.sum(p, 1)).to(tl.float16).to(tl.float32)  # the bug: fp16 rounding
+    acc = (acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)).to(tl.float16).to(tl.float32)
+    return acc, m_new, l_i
+
+
 # ---- finalize with one bug each -----------------------------------------------------------------
 @triton.jit
 def finalize_base2(acc, m_i, l_i):
@@ -220,6 +342,12 @@ def finalize_no_divide(acc, m_i, l_i):
 @triton.jit
 def finalize_no_max(acc, m_i, l_i):
     return acc / l_i[:, None], tl.log(l_i)  # the bug: the running max is left out
+
+
+@triton.jit
+def finalize_sqrt(acc, m_i, l_i):
+    # a made-up bug that no replay reproduces: NaN in the rows whose running max is below 3
+    return acc / l_i[:, None], (m_i + tl.math.log2(l_i)) * 0.6931471805599453 + tl.sqrt(m_i - 3.0)
 
 
 @triton.jit
@@ -255,11 +383,48 @@ def test_tile_offsets_agree_with_torch_indexing():
         assert torch.equal(flat[torch.from_numpy(offsets[mask])], x[1, 2, rows, :].reshape(-1))
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [tile_offsets_contiguous, tile_offsets_outer, tile_offsets_loops],
+    ids=lambda f: f.__name__,
+)
+def test_tile_offsets_styles_pass(fn):
+    assert "✓" in run_quietly(T.check_tile_offsets, fn, seed=None, trials=40)
+
+
+def test_tile_offsets_cases_keep_the_last_dimension_contiguous():
+    """The specification (docstring and notebook): strides[3] == 1, as the kernels need."""
+    for seed in range(20):
+        for case in T._tile_offsets_cases(seed, 40):
+            assert case.args[3][3] == 1, case.label
+    assert any(c.args[3][2] != c.args[5] for c in T._tile_offsets_cases(0, 10))  # rows != d apart
+    assert "strides[3] == 1" in T.check_tile_offsets.__doc__
+
+
+def test_tile_offsets_borrowing_the_checks_helpers_is_flagged():
+    for fn in (T._tile_offsets_reference, lambda *a: T._tile_offsets_variant(*a, bug=None)):
+        with pytest.raises(CheckFailure) as info:
+            T.check_tile_offsets(fn)
+        assert slug_of(info.value) == "calls-reference"
+
+
 @pytest.mark.parametrize("mistake", T.TILE_OFFSETS_MISTAKES, ids=lambda m: m.slug)
 def test_each_tile_offsets_mistake_is_named(mistake):
     with pytest.raises(CheckFailure) as info:
-        T.check_tile_offsets(mistake.fn)
+        T.check_tile_offsets(as_learner(mistake.fn))
     assert f"[misconception: {mistake.slug}]" in str(info.value)
+
+
+def test_tile_offsets_without_a_known_mistake_points_at_the_case():
+    def transposed_mask(b, h, pid_m, strides, N, d, BLOCK_M, BLOCK_D):
+        offsets, mask = tile_offsets(b, h, pid_m, strides, N, d, BLOCK_M, BLOCK_D)
+        return offsets, mask & (np.arange(BLOCK_D)[None, :] < d - 1)
+
+    with pytest.raises(CheckFailure) as info:
+        T.check_tile_offsets(transposed_mask)
+    message = str(info.value)
+    assert slug_of(message) is None
+    assert "No known mistake matches; this case exercises offsets[r, c] = " in message
 
 
 def test_tile_offsets_not_implemented_propagates():
@@ -274,6 +439,46 @@ def test_tile_offsets_not_implemented_propagates():
 def test_kernel_answer_passes_with_one_line():
     printed = run_quietly(T.check_attention_kernel, step, finalize)
     assert printed.count("✓") == 1 and printed.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "good_step, good_finalize",
+    [(step_styled, finalize_styled), (step_scaled_q, finalize), (step, finalize_styled)],
+    ids=["styled", "scaled-q", "reciprocal-finalize"],
+)
+def test_kernel_styles_pass(good_step, good_finalize):
+    assert "✓" in run_quietly(T.check_attention_kernel, good_step, good_finalize)
+
+
+def test_kernel_check_is_fast_enough():
+    """Under 5 s in the interpreter (measured: about 0.8 s warm, 1.8 s in a fresh process)."""
+    run_quietly(T.check_attention_kernel, step, finalize)
+    start = time.perf_counter()
+    run_quietly(T.check_attention_kernel, step, finalize)
+    assert time.perf_counter() - start < 5.0
+
+
+def test_kernel_check_writes_nothing_to_stderr_even_when_triton_does(monkeypatch, capfd):
+    """Triton 3.9 warns once (UserWarning) about TRITON_DEFAULT_FP_FUSION at its first compile,
+    and its compiler writes to file descriptor 2; in a graded cell either costs the points."""
+    import course_utils.triton_attention.learner as learner_module
+
+    real = learner_module.learner_attention
+
+    def noisy(*args, **kwargs):
+        warnings.warn("TRITON_DEFAULT_FP_FUSION is unset", UserWarning, stacklevel=1)
+        os.write(2, b"ptxas warning: something the compiler printed\n")
+        print("printed to sys.stderr", file=__import__("sys").stderr)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(learner_module, "learner_attention", noisy)
+    capfd.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        T.check_attention_kernel(step, finalize)
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out.startswith("✓")
+    os.write(2, b"")  # file descriptor 2 works again after the check
 
 
 def test_kernel_hidden_mode_passes():
@@ -296,6 +501,8 @@ def test_kernel_hidden_mode_passes():
         (step, finalize_base2, "base2-lse"),
         (step, finalize_mixed, "base2-lse"),
         (step, finalize_no_max, "lse-without-max"),
+        (step_p_old_max, finalize, "exp2-old-max"),
+        (step_alpha_inverted, finalize, "exp2-old-max"),
     ],
     ids=lambda x: x if isinstance(x, str) else "",
 )
@@ -307,11 +514,30 @@ def test_each_kernel_mistake_is_named(bad_step, bad_finalize, slug):
     assert "worst row" in message and "expected" in message
 
 
+@pytest.mark.parametrize(
+    "bad_step, bad_finalize, note",
+    [
+        (step_float16_state, finalize, "your values are close (relative error"),
+        (step, finalize_sqrt, "has NaN in"),
+    ],
+    ids=["float16-state", "nan"],
+)
+def test_no_catch_all_diagnosis(bad_step, bad_finalize, note):
+    """A close result or a NaN that no replay reproduces is named nothing: the message says so
+    and points at what the failing launch exercises."""
+    with pytest.raises(CheckFailure) as info:
+        T.check_attention_kernel(bad_step, bad_finalize)
+    message = str(info.value)
+    assert slug_of(message) is None, message
+    assert note in message and "No known mistake matches; this case exercises" in message
+    assert "low-precision" not in message and "update rule" not in message
+
+
 def test_every_kernel_slug_has_a_buggy_kernel_above():
     tested = {
         "exp-vs-exp2", "missing-scale", "rescale-l-not-acc", "rescale-acc-not-l",
         "normalize-then-add", "no-final-divide", "ragged-tile", "causal-off-by-one",
-        "causal-mask-missing", "base2-lse", "lse-without-max",
+        "causal-mask-missing", "base2-lse", "lse-without-max", "exp2-old-max",
     }  # fmt: skip
     slugs = {m.slug for m in T.KERNEL_OUT_MISTAKES + T.KERNEL_LSE_MISTAKES}
     assert slugs - tested == {"normalize-then-average"}  # emulated below instead

@@ -19,6 +19,7 @@ from course_utils.attention import attention_reference
 from course_utils.memory import (
     CountingMemory,
     OnChipMemoryError,
+    ThreadBlockError,
     causal_flash_attention_traffic,
     causal_tile_count,
     count_flash_attention,
@@ -175,6 +176,126 @@ def test_bad_M_is_refused():
         CountingMemory(M=0)
     with pytest.raises(TypeError, match="compute"):
         CountingMemory(compute="no")
+
+
+def test_counters_are_read_only():
+    mem = CountingMemory(M=100, compute=False)
+    mem.place("Q", shape=(4, 2))
+    mem.load("Q", (0, 2))
+    for name in ("reads", "writes", "total_reads", "total_writes", "total_elements", "M"):
+        with pytest.raises(AttributeError):
+            setattr(mem, name, 0)
+    with pytest.raises(AttributeError):
+        mem._arrays["Q"].reads = 0
+    assert mem.reads == mem.total_reads == 4 and mem.writes == 0 and mem.M == 100
+
+
+def test_operations_keep_every_call_in_order_refused_ones_too():
+    mem = CountingMemory(M=10, compute=False)
+    mem.place("X", shape=(8, 2))
+    mem.alloc("Y", (8, 2))
+    mem.load("X", (0, 4))
+    with pytest.raises(OnChipMemoryError):
+        mem.load("X", (0, 8), slot="big")
+    mem.store("Y", slice(0, 4))
+    mem.free("X")
+    mem.reset()
+    kinds = [op[0] for op in mem.operations]
+    assert kinds == ["place", "alloc", "load", "load", "store", "free", "reset"]
+    assert mem.operations[3] == ("load", "X", (0, 8), None, "big")
+    assert mem.total_elements == 0  # the reset zeroed the counters, not the record
+
+
+def _qkv(N=4, d=2, M=None, causal=False):
+    mem = CountingMemory(M, compute=False)
+    for name in ("Q", "K", "V"):
+        mem.place(name, shape=(N, d))
+    mem.alloc("O", (N, d), rows_from="Q", streamed=("K", "V"), causal=causal)
+    return mem
+
+
+def test_a_streamed_tile_needs_a_row_tile_on_chip():
+    mem = _qkv()
+    with pytest.raises(ThreadBlockError, match="nothing to be multiplied with") as err:
+        mem.load("K", (0, 2))
+    assert err.value.rule == "stream-without-tile" and isinstance(err.value, ValueError)
+    assert mem.count("K").reads == 0 and mem.on_chip == 0  # refused: not counted
+    mem.load("Q", (0, 2))
+    mem.load("K", (0, 2))
+    mem.free("Q")
+    with pytest.raises(ThreadBlockError):
+        mem.load("V", (0, 2))
+
+
+def test_output_rows_are_stored_only_from_their_row_tile():
+    mem = _qkv()
+    for i0 in (0, 2):
+        mem.load("Q", (i0, i0 + 2))
+        for j0 in (0, 2):
+            mem.load("K", (j0, j0 + 2))
+            mem.load("V", (j0, j0 + 2))
+    with pytest.raises(ThreadBlockError, match="holds rows 2-3") as err:
+        mem.store("O", (0, 4))  # all of O at the end: rows 0-1 left the chip with Q_0
+    assert err.value.rule == "rows-not-on-chip" and mem.count("O").writes == 0
+    mem.store("O", (2, 3))  # part of the tile on chip is fine
+    mem.store("O", (3, 4))
+    mem.free_all()
+    with pytest.raises(ThreadBlockError, match="no tile of 'Q' is on chip"):
+        mem.store("O", (2, 4))
+
+
+def test_an_output_tile_is_stored_only_once_every_streamed_row_has_passed():
+    mem = _qkv()
+    mem.load("Q", (0, 2))
+    with pytest.raises(ThreadBlockError) as err:
+        mem.store("O", (0, 2))
+    assert err.value.rule == "stream-incomplete" and not err.value.streamed_any
+    mem.load("K", (0, 2))
+    mem.load("V", (0, 3))
+    with pytest.raises(ThreadBlockError, match="K: rows 2-3; V: row 3") as err:
+        mem.store("O", (0, 2))
+    assert err.value.streamed_any and err.value.missing == {"K": [(2, 4)], "V": [(3, 4)]}
+    mem.load("Q", (0, 2))  # the same rows again: what has streamed past them still counts
+    mem.load("K", (2, 4))
+    mem.load("V", (3, 4))
+    mem.store("O", (0, 2))
+    mem.load("Q", (2, 4))  # a new row tile starts from the K/V tiles still on chip
+    with pytest.raises(ThreadBlockError, match="K: rows 0-1; V: rows 0-2"):
+        mem.store("O", (2, 4))
+
+
+def test_column_pieces_and_the_causal_rule():
+    mem = _qkv(causal=True)
+    mem.load("Q", (0, 2))
+    mem.load("K", (0, 2), cols=(0, 1))
+    mem.load("V", (0, 2))
+    with pytest.raises(ThreadBlockError, match="K: rows 0-1"):
+        mem.store("O", (0, 2))  # column 1 of K's rows 0-1 never came
+    mem.load("K", (0, 2), cols=(1, 2))
+    mem.store("O", (0, 2))  # causal: rows 0-1 need keys 0-1 only
+
+
+def test_bad_rules_are_refused():
+    mem = CountingMemory(compute=False)
+    mem.place("Q", shape=(4, 2))
+    mem.place("K", shape=(6, 2))
+    with pytest.raises(ValueError, match="rows"):
+        mem.alloc("O", (6, 2), rows_from="Q", streamed=("K",))
+    with pytest.raises(ValueError, match="'X'"):
+        mem.alloc("O", (4, 2), rows_from="Q", streamed=("X",))
+    with pytest.raises(TypeError, match="rows_from"):
+        mem.alloc("O", (4, 2), streamed=("K",))
+    mem.alloc("O", (4, 2), rows_from="Q", streamed="K")  # one name is fine
+    mem.load("Q", (0, 4))
+    mem.load("K", (0, 6))  # more keys than queries
+    mem.store("O", (0, 4))
+
+
+def test_the_courses_fa2_run_keeps_the_thread_block_rules():
+    run = count_flash_attention(N=10, d=4, Br=4, Bc=3, causal=True)
+    rules = {op[1]: op[-1] for op in run.mem.operations if op[0] == "alloc"}
+    assert rules["O"].rows_from == "Q" and rules["O"].streamed == ("K", "V")
+    assert rules["O"].causal and rules["lse"] == rules["O"]
 
 
 # ---- the formulas --------------------------------------------------------------------------

@@ -7,15 +7,32 @@
     check_quick_lse_bytes(a)               bytes of one head's lse at N = 32,768
     check_quick_p_over_lse(a)              one head's P in bf16 / its lse in fp32, N = 32,768
 
-Every check runs the learner's function on cases ordered smallest first (the lesson's and the
-textbook's worked examples, then edge cases: square and ragged tiles, Br != Bc, Nq != Nk, dv != d,
-masked entries, rows that saw no key; then random cases) and names the misconception behind a
-wrong answer. The buggy implementations that show each misconception are in
-SOFTMAX_BACKWARD_MISTAKES and BACKWARD_MISTAKES.
+Every check runs the learner's function on cases ordered smallest first (the notebook's own
+examples, then edge cases: square and ragged tiles, Br != Bc, Nq != Nk, dv != d, masked entries,
+rows that saw no key, scores of several hundred; then random cases) and names the misconception
+behind a wrong answer. The buggy implementations that show each misconception are in
+SOFTMAX_BACKWARD_MISTAKES and BACKWARD_MISTAKES; a mistake is named only when its replay gives the
+learner's output on the failing case.
 
 On each case the three gradients are compared one after the other: dV first (it needs only P),
 then dK, then dQ. A mistake in recomputing P is then named by dV whatever else is wrong, and a
 mistake in dS (the D term) or in a scale by dK or dQ.
+
+Once every value is right, the rules of exercise 2 (section 9 of the notebook) are checked, each
+on a case of its own (see _backward_rules):
+
+    full-score-matrix         the peak of new allocations on N = N_k = 1024 (causal and not)
+                              stays within the outputs, a copy of the inputs and 12 tiles: 712 KiB,
+                              where P alone is 8 MiB (the notebook's solution peaks at 317 KiB)
+    ignores-tile-size         every read of Q is at most Br rows, of K and V at most Bc rows;
+                              dO, O and lse likewise, but each may also be read whole twice (the
+                              preparation: D = rowsum(dO * O), the lse guard)
+    causal-tiles-not-skipped  with causal=True, Q and K are read no more often than by one of the
+                              checks' own loops that skip the tiles above the diagonal (K/V tiles
+                              outside, or query tiles outside: the larger of the two bounds)
+
+The inputs are read-only copies: `dP -= D`, `Q *= tau` or guarding lse in place is named
+`mutates-input`, with the argument.
 """
 
 from __future__ import annotations
@@ -24,7 +41,6 @@ import contextlib
 import functools
 import io
 import math
-import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -33,17 +49,24 @@ from ..attention import attention_reference
 from ..backward import attention_backward_reference, softmax_backward
 from ..softmax import NEG_INF
 from ._core import (
-    CALLS_REFERENCE,
+    MUTATES_INPUT,
     Case,
     CheckFailure,
     Mistake,
+    Rule,
+    _arg_names,
+    bounded_loads_rule,
+    frozen,
+    memory_budget,
     pick_output,
     run_cases,
+    tile_rule,
 )
 from ._core import hinted_answer as _hinted
 
 __all__ = [
     "BACKWARD_MISTAKES",
+    "BACKWARD_RULE_MISTAKES",
     "SOFTMAX_BACKWARD_MISTAKES",
     "check_flash_attention_backward",
     "check_quick_backward_flops_ratio",
@@ -53,55 +76,21 @@ __all__ = [
 ]
 
 
-# ---- the course's answer must not be called -------------------------------------------------
-class _CalledBackwardReference(BaseException):
-    """Raised out of the learner's call (past call_learner's `except Exception`)."""
-
-    def __init__(self, where: str):
-        super().__init__(where)
-        self.where = where
-
-
-_WATCHED = ("course_utils.backward",)
-
-
-def _refusing_reference(fn: Callable) -> Callable:
-    """fn, watched for calls into course_utils.backward (the answers of this notebook).
-
-    _core watches the forward's modules; this adds the backward's, chaining with its profiler.
-    """
-
-    @functools.wraps(fn)
-    def watched(*args, **kwargs):
-        outer = sys.getprofile()
-        hit: list[str] = []
-
-        def profile(frame, event, arg):
-            if outer is not None:
-                outer(frame, event, arg)
-            if event == "call" and not hit:
-                module = frame.f_globals.get("__name__", "")
-                if module in _WATCHED:
-                    hit.append(f"{module}.{frame.f_code.co_name}")
-
-        sys.setprofile(profile)
-        try:
-            result = fn(*args, **kwargs)
-        finally:
-            sys.setprofile(outer)
-        if hit:
-            raise _CalledBackwardReference(hit[0])
-        return result
-
-    return watched
-
-
-def _calls_reference_failure(name: str, where: str) -> CheckFailure:
-    m = CALLS_REFERENCE
-    return CheckFailure(
-        f"✗ {name} calls {where}.\n"
-        f"  likely mistake: {m.title} [misconception: {m.slug}]\n  {m.explanation}"
-    )
+# ---- inputs are read-only: which one was written, and what to do about lse ---------------------
+def _explained(failure: CheckFailure, fn: Callable, case: Case) -> CheckFailure:
+    """The core's failure, and for a guarded lse a word on how to guard it without writing."""
+    text = str(failure)
+    if f"[misconception: {MUTATES_INPUT.slug}]" not in text:
+        return failure
+    names = _arg_names(fn, len(case.args), case.kwargs)
+    lse_name = names[5] if len(names) > 5 else "lse"
+    if f"input `{lse_name}`" in text:
+        text += (
+            f"\n  To guard {lse_name} (a row that saw no key has {lse_name} = -inf), build a new "
+            f"array and subtract that: lse_safe = np.where(np.isneginf({lse_name}), np.inf, "
+            f"{lse_name}); +inf, not 0, so that its P = exp(S - lse_safe) is 0."
+        )
+    return CheckFailure(text)
 
 
 # ---- exercise 1: softmax_backward_rows ------------------------------------------------------
@@ -177,9 +166,9 @@ SOFTMAX_BACKWARD_MISTAKES = [
 ]
 
 
-def _softmax_rows(rng, rows, n, masked=0.0, empty_rows=()):
+def _softmax_rows(rng, rows, n, masked=0.0, empty_rows=(), spread=1.5):
     """(rows, n) softmax probabilities of random scores; masked entries and empty rows are 0."""
-    s = 1.5 * rng.standard_normal((rows, n))
+    s = spread * rng.standard_normal((rows, n))
     s[rng.random((rows, n)) < masked] = NEG_INF
     s[list(empty_rows)] = NEG_INF
     m = s.max(axis=1, keepdims=True, initial=NEG_INF)
@@ -188,41 +177,67 @@ def _softmax_rows(rng, rows, n, masked=0.0, empty_rows=()):
     return np.divide(p, l, out=np.zeros_like(p), where=l > 0)
 
 
+_FOCUS_D = "D_i = sum_j P_ij dP_ij, one number per row, subtracted from every entry of row i"
+_FOCUS_ZERO = "entries with P = 0 (masked keys, rows with no keys): their dS is 0"
+_FOCUS_SHAPE = "tiles that are not square: D must stay a column of shape (rows, 1)"
+
+
 def _softmax_backward_cases(seed, trials):
     rng = np.random.default_rng(0)
-    lesson_p = np.array([[2.0, 1.0, 8.0, 4.0]]) / 15  # e^s = 2, 1, 8, 4
-    lesson_dp = np.array([[1.0, 2.0, 3.0, 4.0]])  # dP = dO V^T with dO = 1, values 1..4
+    row_p = np.array([[2.0, 1.0, 8.0, 4.0]]) / 15  # e^s = 2, 1, 8, 4
+    row_dp = np.array([[1.0, 2.0, 3.0, 4.0]])  # dP = dO V^T with dO = 1, values 1..4
     two = np.array([[0.25, 0.75], [0.5, 0.5]])
     masked = np.array([[0.2, 0.0, 0.8], [0.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+
+    def case(label, P, dP, focus):
+        return Case(label, frozen(P, dP), focus=focus)
+
     cases = [
-        Case(
+        case(
             "two rows of two: P = [[1/4, 3/4], [1/2, 1/2]], dP = [[1, -1], [2, 0]]",
-            (two, np.array([[1.0, -1.0], [2.0, 0.0]])),
+            two,
+            np.array([[1.0, -1.0], [2.0, 0.0]]),
+            _FOCUS_D,
         ),
-        Case("the lesson's row: P = [2, 1, 8, 4] / 15, dP = [1, 2, 3, 4]", (lesson_p, lesson_dp)),
-        Case(
+        case("the row of section 4: P = [2, 1, 8, 4] / 15, dP = [1, 2, 3, 4]", row_p, row_dp,
+             _FOCUS_D),
+        case(
             "3 x 3: a masked entry (P = 0), a row with no keys (all 0), a one-hot row",
-            (masked, np.array([[1.0, 5.0, -2.0], [3.0, 1.0, 2.0], [0.5, -1.0, 4.0]])),
+            masked,
+            np.array([[1.0, 5.0, -2.0], [3.0, 1.0, 2.0], [0.5, -1.0, 4.0]]),
+            _FOCUS_ZERO,
         ),
-        Case("a 4 x 4 tile", (_softmax_rows(rng, 4, 4), rng.standard_normal((4, 4)))),
-        Case("a 3 x 7 tile (Br != Bc)", (_softmax_rows(rng, 3, 7), rng.standard_normal((3, 7)))),
-        Case(
+        case("a 4 x 4 tile", _softmax_rows(rng, 4, 4), rng.standard_normal((4, 4)), _FOCUS_D),
+        case("a 3 x 7 tile (Br != Bc)", _softmax_rows(rng, 3, 7), rng.standard_normal((3, 7)),
+             _FOCUS_SHAPE),
+        case(
             "a 16 x 16 tile with masked entries",
-            (_softmax_rows(rng, 16, 16, masked=0.3), rng.standard_normal((16, 16))),
+            _softmax_rows(rng, 16, 16, masked=0.3),
+            rng.standard_normal((16, 16)),
+            _FOCUS_ZERO,
         ),
-        Case(
+        case(
             "a 5 x 40 tile with two empty rows",
-            (_softmax_rows(rng, 5, 40, 0.1, (1, 3)), rng.standard_normal((5, 40))),
+            _softmax_rows(rng, 5, 40, 0.1, (1, 3)),
+            rng.standard_normal((5, 40)),
+            _FOCUS_ZERO,
         ),
-    ]
+        case(
+            "a 4 x 6 tile of scores several hundred apart (one-hot rows), dP of size 1000",
+            _softmax_rows(rng, 4, 6, spread=300.0),
+            1000 * rng.standard_normal((4, 6)),
+            _FOCUS_D,
+        ),
+    ]  # fmt: skip
     rng = np.random.default_rng(seed)
     for t in range(trials):
         rows, n = int(rng.integers(1, 25)), int(rng.integers(1, 49))
         empty = [r for r in range(rows) if rng.random() < 0.1]
         P = _softmax_rows(rng, rows, n, masked=float(rng.choice([0.0, 0.3])), empty_rows=empty)
         cases.append(
-            Case(f"random case {t + 1}: a {rows} x {n} tile", (P, rng.standard_normal((rows, n))))
-        )
+            case(f"random case {t + 1}: a {rows} x {n} tile", P, rng.standard_normal((rows, n)),
+                 _FOCUS_SHAPE if rows != n else _FOCUS_D)
+        )  # fmt: skip
     return cases
 
 
@@ -235,35 +250,87 @@ def check_softmax_backward_rows(fn: Callable, seed: int | None = 0, trials: int 
     """
     name = "softmax_backward_rows"
     cases = _softmax_backward_cases(seed, trials)
+    current = cases[0]
     try:
-        run_cases(
-            name,
-            _refusing_reference(fn) if callable(fn) else fn,
-            softmax_backward,
-            cases,
-            outputs=("dS",),
-            mistakes=SOFTMAX_BACKWARD_MISTAKES,  # never named where right on a case (_core)
-            rtol=1e-10,
-            atol=1e-12,
-            summary="masked entries, empty rows, Br != Bc",
-        )
-    except _CalledBackwardReference as called:
-        raise _calls_reference_failure(name, called.where) from None
+        for current in cases:
+            with contextlib.redirect_stdout(io.StringIO()):
+                run_cases(
+                    name,
+                    fn,
+                    softmax_backward,
+                    [current],
+                    outputs=("dS",),
+                    mistakes=SOFTMAX_BACKWARD_MISTAKES,  # never named where right on a case
+                    rtol=1e-10,
+                    atol=1e-12,
+                    low_precision_below=1e-5,
+                )
+    except CheckFailure as failure:
+        raise _explained(failure, fn, current) from None
+    print(
+        f"✓ {name}: {len(cases)} cases match the reference (masked entries, empty rows, "
+        "Br != Bc, one-hot rows)"
+    )
 
 
 # ---- exercise 2: flash_attention_backward ---------------------------------------------------
 def _reference_backward(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
     """The answer, from the oracle that materializes P (Br and Bc change nothing).
 
-    Rows with lse = -inf saw no key: their P is 0, so they add nothing and get dQ = 0; the oracle
-    runs on the other rows (such rows appear only in the cases without a causal mask).
+    A row with lse = -inf saw no key: its P is 0, so it adds nothing and gets dQ = 0. Its dO is
+    set to 0 before the oracle runs, which gives exactly that (dV and dS of the row vanish).
     """
-    keep = ~np.isneginf(np.asarray(lse))
-    if keep.all():
-        return attention_backward_reference(Q, K, V, dO, causal=causal)
-    assert not causal, "rows without keys are made only for cases without a mask"
-    dQ = np.zeros_like(Q, dtype=float)
-    dQ[keep], dK, dV = attention_backward_reference(Q[keep], K, V, dO[keep])
+    no_key = np.isneginf(np.asarray(lse))
+    dO_seen = np.where(no_key[:, None], 0.0, dO)
+    return attention_backward_reference(Q, K, V, dO_seen, causal=causal)
+
+
+def _tiled_backward(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False, *, keys_outside=True):
+    """A backward that follows every rule of exercise 2: the checks' own, for the loads.
+
+    keys_outside=True: FlashAttention-2's order (K/V tiles outside, the inner loop starts at the
+    first query tile that sees K_j). False: query tiles outside, dK and dV accumulated in place,
+    the key loop stops at the diagonal. Either reads each tile only when it is used.
+    """
+    Nq, d = Q.shape
+    Nk = K.shape[0]
+    tau = 1.0 / math.sqrt(d)
+    D = (dO * O).sum(axis=1)
+    lse_safe = np.where(np.isneginf(lse), np.inf, lse)
+    dQ, dK, dV = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
+
+    def tile(q_i, do_i, k_j, v_j, i, j):
+        rows = np.arange(i, i + len(q_i))
+        cols = np.arange(j, j + len(k_j))
+        s = tau * (q_i @ k_j.T)
+        if causal and cols[-1] > rows[0]:
+            s = np.where(cols[None, :] <= rows[:, None], s, NEG_INF)
+        p = np.exp(s - lse_safe[rows, None])
+        ds = p * (do_i @ v_j.T - D[rows, None])
+        return tau * (ds @ k_j), tau * (ds.T @ q_i), p.T @ do_i
+
+    if keys_outside:
+        for j in range(0, Nk, Bc):
+            k_j, v_j = K[j : j + Bc], V[j : j + Bc]
+            dk_j, dv_j = np.zeros(k_j.shape), np.zeros(v_j.shape)
+            for i in range((j // Br) * Br if causal else 0, Nq, Br):
+                dq, dk, dv = tile(Q[i : i + Br], dO[i : i + Br], k_j, v_j, i, j)
+                dQ[i : i + Br] += dq
+                dk_j += dk
+                dv_j += dv
+            dK[j : j + Bc], dV[j : j + Bc] = dk_j, dv_j
+        return dQ, dK, dV
+    for i in range(0, Nq, Br):
+        q_i, do_i = Q[i : i + Br], dO[i : i + Br]
+        dq_i = np.zeros(q_i.shape)
+        for j in range(0, Nk, Bc):
+            if causal and j > i + len(q_i) - 1:
+                break
+            dq, dk, dv = tile(q_i, do_i, K[j : j + Bc], V[j : j + Bc], i, j)
+            dq_i += dq
+            dK[j : j + Bc] += dk
+            dV[j : j + Bc] += dv
+        dQ[i : i + Br] = dq_i
     return dQ, dK, dV
 
 
@@ -275,10 +342,14 @@ def _backward_variant(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False, *, bug):
     tau_s = 1.0 if bug == "missing-scale" else tau
     tau_q = 1.0 if bug in ("unscaled-dq", "unscaled-both") else tau
     tau_k = 1.0 if bug in ("unscaled-dk", "unscaled-both") else tau
+    acc = np.float32 if bug == "float32-acc" else np.float64
     D = (dO * O).sum(axis=1)
     if bug == "D-from-dP":
         D = (dO @ V.T).sum(axis=1)
-    lse_used = lse if bug == "unguarded" else np.where(np.isneginf(lse), np.inf, lse)
+    if bug == "unguarded":
+        lse_used = lse
+    else:
+        lse_used = np.where(np.isneginf(lse), 0.0 if bug == "lse-zero" else np.inf, lse)
     if bug == "m-without-l":  # the forward's row max, as if it had been stored instead of lse
         S = tau * (Q @ K.T)
         if causal:
@@ -287,11 +358,11 @@ def _backward_variant(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False, *, bug):
         lse_used = np.where(np.isneginf(lse), np.inf, m)
     q_end = (Nq // Br) * Br if bug in ("ragged-q", "ragged-both") else Nq
     k_end = (Nk // Bc) * Bc if bug in ("ragged-k", "ragged-both") else Nk
-    dQ, dK, dV = np.zeros_like(Q), np.zeros_like(K), np.zeros_like(V)
+    dQ, dK, dV = np.zeros(Q.shape, acc), np.zeros(K.shape), np.zeros(V.shape)
     for j in range(0, k_end, Bc):
         k_j, v_j = K[j : j + Bc], V[j : j + Bc]
         cols = np.arange(j, j + len(k_j))
-        dk_j, dv_j = np.zeros_like(k_j), np.zeros_like(v_j)
+        dk_j, dv_j = np.zeros(k_j.shape, acc), np.zeros(v_j.shape, acc)
         for i in range(0, q_end, Br):
             q_i, do_i = Q[i : i + Br], dO[i : i + Br]
             rows = np.arange(i, i + len(q_i))
@@ -300,7 +371,16 @@ def _backward_variant(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False, *, bug):
                     break
                 continue
             s = tau_s * (q_i @ k_j.T)
-            if causal and bug not in ("no-mask", "skip-without-mask"):
+            crosses = cols[-1] > rows[0]
+            local = np.tri(len(rows), len(cols), dtype=bool)
+            if causal and bug == "tile-local-all":
+                s = np.where(local, s, NEG_INF)
+            elif causal and bug == "tile-local-cross" and crosses:
+                s = np.where(local, s, NEG_INF)
+            elif causal and bug == "tile-local-diag":
+                if i // Br == j // Bc:
+                    s = np.where(local, s, NEG_INF)
+            elif causal and bug not in ("no-mask", "skip-without-mask"):
                 if bug == "mask-strict":
                     visible = cols[None, :] < rows[:, None]
                 else:
@@ -310,6 +390,8 @@ def _backward_variant(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False, *, bug):
                 p = np.exp2(s - lse_used[rows, None])
             elif bug == "base2-scaled":
                 p = np.exp2(s * math.log2(math.e) - lse_used[rows, None])
+            elif bug == "exp-overflow":
+                p = np.exp(s) / np.exp(lse_used[rows, None])
             elif bug in ("tile-max", "tile-softmax"):
                 m_t = s.max(axis=1, keepdims=True)
                 p = np.exp(s - np.where(np.isneginf(m_t), 0.0, m_t))
@@ -320,7 +402,10 @@ def _backward_variant(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False, *, bug):
             else:
                 p = np.exp(s - lse_used[rows, None])
             dv_add = p @ do_i if bug == "dv-no-transpose" else p.T @ do_i
-            dv_j = dv_add if bug == "dk-dv-overwritten" else dv_j + dv_add
+            if bug == "dk-dv-overwritten":
+                dv_j = dv_add
+            else:
+                dv_j += dv_add
             dp = do_i @ v_j.T
             D_i = D[rows]
             if bug == "D-per-tile":
@@ -334,9 +419,19 @@ def _backward_variant(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False, *, bug):
             else:
                 dQ[i : i + Br] += dq_add
             dk_add = tau_k * (ds @ q_i if bug == "dk-no-transpose" else ds.T @ q_i)
-            dk_j = dk_add if bug == "dk-dv-overwritten" else dk_j + dk_add
+            if bug == "dk-dv-overwritten":
+                dk_j = dk_add
+            else:
+                dk_j += dk_add
         dK[j : j + Bc], dV[j : j + Bc] = dk_j, dv_j
+    if bug == "float32-acc":
+        dK, dV = dK.astype(np.float32), dV.astype(np.float32)
     return dQ, dK, dV
+
+
+def _float32_gradients(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
+    """The right gradients, returned in float32 (as when dQ, dK, dV are allocated in float32)."""
+    return tuple(g.astype(np.float32) for g in _tiled_backward(Q, K, V, O, dO, lse, Br, Bc, causal))
 
 
 def _bwd_mistake(slug, title, explanation, bug):
@@ -357,6 +452,12 @@ _MASK_RULE = (
     "diagonal and mask the tiles that cross it with global indices, "
     "np.where(cols[None, :] <= rows[:, None], s_ij, -np.inf)."
 )
+_TILE_LOCAL = (
+    "np.tri of the tile compares the tile's own row and column numbers, 0..Br-1 and 0..Bc-1; "
+    "it is the causal mask only for a square tile that sits exactly on the diagonal (Br == Bc, "
+    "i == j). Compare global positions instead: rows = np.arange(i, i + Br_i), "
+    "cols = np.arange(j, j + Bc_j), and np.where(cols[None, :] <= rows[:, None], s_ij, -np.inf)."
+)
 _TRANSPOSE = (
     "Follow the shapes: P_ij is (Br, Bc), dO_i is (Br, dv), so dV_j (Bc, dv) += P_ij^T dO_i; "
     "dS_ij is (Br, Bc), Q_i is (Br, d), so dK_j (Bc, d) += tau dS_ij^T Q_i. With square tiles "
@@ -370,6 +471,11 @@ _RAGGED = (
     "When Br (or Bc) does not divide N, the last tile is shorter but still there. Loop with "
     "range(0, N, Br) and slice Q[i:i + Br]; slicing past the end is fine in NumPy."
 )
+_FLOAT32 = (
+    "dQ, dK and dV are sums over many tiles; in float32 every += rounds to about 7 significant "
+    "digits, and the check compares to 1e-8. Keep them in float64 here: np.zeros(shape) is "
+    "float64 (a GPU kernel accumulates in float32 and is compared with a looser tolerance)."
+)
 
 BACKWARD_MISTAKES = [
     _bwd_mistake(
@@ -379,6 +485,22 @@ BACKWARD_MISTAKES = [
         "-inf - (-inf) = NaN where masked). Its P must be 0: subtract "
         "np.where(np.isneginf(lse), np.inf, lse) instead, and the row gets zero gradients.",
         "unguarded",
+    ),
+    _bwd_mistake(
+        "lse-guard-zero",
+        "a row that saw no key gets lse = 0 in place of -inf, so its P = exp(S) is not 0",
+        "0 is the forward's stand-in for a running max of -inf, where it only meets scores of "
+        "-inf. Here the stand-in is subtracted from real scores: exp(S - 0) = exp(S) gives the "
+        "row weights it never had. Use +inf, which makes P = 0: "
+        "np.where(np.isneginf(lse), np.inf, lse).",
+        "lse-zero",
+    ),
+    _bwd_mistake(
+        "unsafe-exponent",
+        "P computed as exp(S) / exp(lse): both overflow (inf / inf = NaN) for scores above ~709",
+        "e^x overflows float64 for x > 709. Subtract first: P = exp(S - lse), whose exponent "
+        "is never above 0 because lse_i >= max_j S_ij (section 3).",
+        "exp-overflow",
     ),
     _bwd_mistake(
         "forgot-D",
@@ -441,8 +563,9 @@ BACKWARD_MISTAKES = [
     _bwd_mistake(
         "D-per-tile",
         "D_i = rowsum(P_ij * dP_ij) of the current tile only",
-        "The sum in D_i runs over all keys of the row, not over one tile; that is why it is "
-        "computed from dO and O, which already hold the whole row. " + _D_RULE,
+        "The sum in D_i runs over all keys of the row, not over one tile (so softmax_backward_rows "
+        "of exercise 1 cannot be called on a tile); that is why it is computed from dO and O, "
+        "which already hold the whole row. " + _D_RULE,
         "D-per-tile",
     ),
     _bwd_mistake(
@@ -484,6 +607,24 @@ BACKWARD_MISTAKES = [
         "skip-without-mask",
     ),
     _bwd_mistake(
+        "tile-local-mask",
+        "the causal mask uses the tile's local indices (np.tri of each tile crossing the diagonal)",
+        _TILE_LOCAL,
+        "tile-local-cross",
+    ),
+    _bwd_mistake(
+        "tile-local-mask",
+        "the causal mask uses the tile's local indices (np.tri on the tiles with i == j only)",
+        _TILE_LOCAL,
+        "tile-local-diag",
+    ),
+    _bwd_mistake(
+        "tile-local-mask",
+        "the causal mask uses the tile's local indices (np.tri on every tile computed)",
+        _TILE_LOCAL + " A tile below the diagonal needs no mask at all.",
+        "tile-local-all",
+    ),
+    _bwd_mistake(
         "causal-loop-break",
         "the query loop breaks at the first skipped tile (the forward's break, in the backward)",
         "In the forward the skipped K/V tiles come last in a row, so break works there. In the "
@@ -512,6 +653,18 @@ BACKWARD_MISTAKES = [
         "exp2((S - lse) * log2(e)). lse is in natural log.",
         "base2-scaled",
     ),
+    _bwd_mistake(
+        "low-precision",
+        "dQ, dK and dV accumulated in float32",
+        _FLOAT32,
+        "float32-acc",
+    ),
+    Mistake(
+        "low-precision",
+        "the gradients are returned in float32",
+        _FLOAT32,
+        _float32_gradients,
+    ),
 ]
 for _bug, _where in (("ragged-q", "query"), ("ragged-k", "key"), ("ragged-both", "query and key")):
     BACKWARD_MISTAKES.append(
@@ -524,33 +677,48 @@ for _bug, _where in (("ragged-q", "query"), ("ragged-k", "key"), ("ragged-both",
     )
 
 
-def _problem(rng, Nq, Nk, d, dv=None, spread=1.5, no_key_rows=()):
-    """A consistent case (Q, K, V, O, dO, lse): O and lse from the forward pass of the course.
+# ---- the cases --------------------------------------------------------------------------------
+def _with_forward(Q, K, V, dO, causal=False, no_key_rows=()):
+    """A consistent case (Q, K, V, O, dO, lse), read-only: O and lse from the course's forward.
 
     no_key_rows: rows marked as having seen no key (O = 0, lse = -inf, as for a padding row).
     """
+    O, lse = attention_reference(Q, K, V, causal=causal)
+    rows = list(no_key_rows)
+    O[rows], lse[rows] = 0.0, NEG_INF
+    return frozen(Q, K, V, O, dO, lse)
+
+
+def _problem(rng, Nq, Nk, d, dv=None, spread=1.5, no_key_rows=(), causal=False):
     dv = d if dv is None else dv
     Q = spread * rng.standard_normal((Nq, d))
     K = spread * rng.standard_normal((Nk, d))
     V = rng.standard_normal((Nk, dv))
     dO = rng.standard_normal((Nq, dv))
-    return _with_forward(Q, K, V, dO, False, no_key_rows, attention_reference)
+    return _with_forward(Q, K, V, dO, causal, no_key_rows)
 
 
-def _with_forward(Q, K, V, dO, causal, no_key_rows, forward):
-    O, lse = forward(Q, K, V, causal=causal)
-    rows = list(no_key_rows)
-    O[rows], lse[rows] = 0.0, NEG_INF
-    return Q, K, V, O, dO, lse
+def _causal_problem(rng, N, d, dv=None, spread=1.5, no_key_rows=()):
+    return _problem(rng, N, N, d, dv, spread, no_key_rows, causal=True)
 
 
-def _causal_problem(rng, N, d, dv=None, spread=1.5):
-    dv = d if dv is None else dv
-    Q = spread * rng.standard_normal((N, d))
-    K = spread * rng.standard_normal((N, d))
-    V = rng.standard_normal((N, dv))
-    dO = rng.standard_normal((N, dv))
-    return _with_forward(Q, K, V, dO, True, (), attention_reference)
+_FOCUS_FORMULAS = (
+    "the tile formulas of section 5: dV_j += P_ij^T dO_i, dK_j += tau dS_ij^T Q_i, "
+    "dQ_i += tau dS_ij K_j, with P_ij = exp(S_ij - lse_i)"
+)
+_FOCUS_LSE = "P rebuilt from lse alone, one K/V tile at a time (no max, no sum)"
+_FOCUS_CAUSAL = (
+    "the causal mask: skip the tiles above the diagonal, mask the tiles that cross it with "
+    "global indices (a query sees the keys c <= r)"
+)
+_FOCUS_OFF_CORNER = (
+    "the causal mask with Br != Bc: the diagonal crosses tiles away from their corners, so the "
+    "mask needs global row and column indices"
+)
+_FOCUS_RAGGED = "ragged last tiles: range(0, N, B) and slices that run past the end"
+_FOCUS_SHAPES = "Nq != N_k and dv != d: the shapes of the five products of section 5"
+_FOCUS_NO_KEYS = "rows that saw no key (lse = -inf, O = 0): their P is 0, with no NaN or inf"
+_FOCUS_HUGE = "scores of several hundred: exp(S - lse) <= 1 never overflows (section 3)"
 
 
 def _backward_cases(seed, trials):
@@ -558,53 +726,74 @@ def _backward_cases(seed, trials):
 
     def given(Q, K, V, dO):
         Q, K, V, dO = (np.array(a, dtype=float) for a in (Q, K, V, dO))
-        return _with_forward(Q, K, V, dO, False, (), attention_reference)
+        return _with_forward(Q, K, V, dO)
 
-    def case(label, problem, Br=None, Bc=None, causal=False):
+    def case(label, problem, Br=None, Bc=None, causal=False, focus=_FOCUS_FORMULAS):
         kwargs = {} if Br is None else {"Br": Br, "Bc": Bc}
         if causal:
             kwargs["causal"] = True
-        return Case(label + (", causal" if causal else ""), problem, kwargs)
+        return Case(label + (", causal" if causal else ""), problem, kwargs, focus=focus)
 
     # d = 1 and q = 1: the keys are the scores (tau = 1); dO = 1, so dP = the values
-    lesson = given([[1.0]], np.log([[2.0], [1.0], [8.0], [4.0]]), [[1], [2], [3], [4]], [[1.0]])
-    textbook = given([[1.0]], [[1], [3], [2], [5]], [[10], [20], [30], [40]], [[1.0]])
+    example = given([[1.0]], np.log([[2.0], [1.0], [8.0], [4.0]]), [[1], [2], [3], [4]], [[1.0]])
+    whole = given([[1.0]], [[1], [3], [2], [5]], [[10], [20], [30], [40]], [[1.0]])
     two = given([[1.0], [2.0]], [[0.5], [-1.0]], [[1.0], [3.0]], [[1.0], [-1.0]])
-    textbook_two = given(
+    whole_two = given(
         [[1.0], [-1.0]], [[1], [3], [2], [5]], [[10], [20], [30], [40]], [[1.0], [0.5]]
     )
     no_keys = given(
         rng.standard_normal((3, 2)), np.zeros((0, 2)), np.zeros((0, 2)), rng.standard_normal((3, 2))
     )
+    # one row of scores near 800, one near -600, one near 0: the lse are more than 1000 apart
+    huge = given(
+        [[30.0, 27.0], [-22.0, -25.0], [0.3, -0.2]],
+        rng.standard_normal((6, 2)) + [[20.0, 20.0]],
+        rng.standard_normal((6, 2)),
+        rng.standard_normal((3, 2)),
+    )
     cases = [
         case("N = 2, d = 1, one 2 x 2 tile (Br = Bc = 2)", two, 2, 2),
-        case("the lesson example: one query, scores ln [2, 1, 8, 4], values [1, 2, 3, 4], "
-             "dO = 1, Bc = 2", lesson, 1, 2),
-        case("the textbook example: one query, scores [1, 3, 2, 5], values [10, 20, 30, 40], "
-             "dO = 1, Bc = 2", textbook, 1, 2),
-        case("two queries against the textbook keys, Br = Bc = 2", textbook_two, 2, 2),
+        case("the worked example of section 6: one query, scores ln [2, 1, 8, 4], values "
+             "[1, 2, 3, 4], dO = 1, Bc = 2", example, 1, 2, focus=_FOCUS_LSE),
+        case("one query, scores [1, 3, 2, 5], values [10, 20, 30, 40], dO = 1, Bc = 2",
+             whole, 1, 2, focus=_FOCUS_LSE),
+        case("two queries, scores +-[1, 3, 2, 5], values [10, 20, 30, 40], Br = Bc = 2",
+             whole_two, 2, 2),
         case("N = 4, d = 2, Br = Bc = 2", _problem(rng, 4, 4, 2), 2, 2),
-        case("N = 4, d = 2, Br = Bc = 2", _causal_problem(rng, 4, 2), 2, 2, True),
-        case("N = 3, d = 2, one tile (Br = Bc = 3)", _causal_problem(rng, 3, 2), 3, 3, True),
+        case("N = 4, d = 2, Br = Bc = 2", _causal_problem(rng, 4, 2), 2, 2, True,
+             focus=_FOCUS_CAUSAL),
+        case("N = 3, d = 2, one tile (Br = Bc = 3)", _causal_problem(rng, 3, 2), 3, 3, True,
+             focus=_FOCUS_CAUSAL),
         case("N = 4, d = 2, Br = Bc = 1 (one score per tile)", _causal_problem(rng, 4, 2),
-             1, 1, True),
-        case("N = 6, d = 3, dv = 2, Br = Bc = 3", _problem(rng, 6, 6, 3, 2), 3, 3),
-        case("N = 7, d = 3, Br = 3, Bc = 2 (ragged tiles)", _problem(rng, 7, 7, 3), 3, 2),
+             1, 1, True, focus=_FOCUS_CAUSAL),
+        case("N = 6, d = 3, dv = 2, Br = Bc = 3", _problem(rng, 6, 6, 3, 2), 3, 3,
+             focus=_FOCUS_SHAPES),
+        case("N = 7, d = 3, Br = 3, Bc = 2 (ragged tiles)", _problem(rng, 7, 7, 3), 3, 2,
+             focus=_FOCUS_RAGGED),
         case("N = 7, d = 3, Br = 3, Bc = 2 (ragged, Br > Bc)", _causal_problem(rng, 7, 3),
-             3, 2, True),
+             3, 2, True, focus=_FOCUS_OFF_CORNER),
         case("N = 7, d = 3, Br = 2, Bc = 3 (ragged, Br < Bc)", _causal_problem(rng, 7, 3),
-             2, 3, True),
-        case("Nq = 5 queries, Nk = 9 keys, d = 2, Br = 2, Bc = 4", _problem(rng, 5, 9, 2), 2, 4),
-        case("Nq = 9 queries, Nk = 4 keys, d = 2, Br = 4, Bc = 3", _problem(rng, 9, 4, 2), 4, 3),
+             2, 3, True, focus=_FOCUS_OFF_CORNER),
+        case("Nq = 5 queries, Nk = 9 keys, d = 2, Br = 2, Bc = 4", _problem(rng, 5, 9, 2), 2, 4,
+             focus=_FOCUS_SHAPES),
+        case("Nq = 9 queries, Nk = 4 keys, d = 2, Br = 4, Bc = 3", _problem(rng, 9, 4, 2), 4, 3,
+             focus=_FOCUS_SHAPES),
         case("N = 5, d = 4, Br = Bc = 8 (one tile, Br > N)", _causal_problem(rng, 5, 4),
-             8, 8, True),
-        case("N = 10, d = 4, default tiles Br = Bc = 16", _problem(rng, 10, 10, 4)),
-        case("N = 12, d = 4, Br = 8, Bc = 3", _causal_problem(rng, 12, 4), 8, 3, True),
-        case("Nq = 3 queries and no keys at all (Nk = 0)", no_keys, 2, 2),
+             8, 8, True, focus=_FOCUS_RAGGED),
+        case("N = 10, d = 4, default tiles Br = Bc = 16", _problem(rng, 10, 10, 4),
+             focus=_FOCUS_RAGGED),
+        case("N = 12, d = 4, Br = 8, Bc = 3", _causal_problem(rng, 12, 4), 8, 3, True,
+             focus=_FOCUS_OFF_CORNER),
+        case("Nq = 3 queries and no keys at all (Nk = 0)", no_keys, 2, 2,
+             focus=_FOCUS_NO_KEYS),
         case("Nq = 6, Nk = 5, d = 2, Br = Bc = 2; rows 1 and 4 saw no key (lse = -inf, O = 0)",
-             _problem(rng, 6, 5, 2, no_key_rows=(1, 4)), 2, 2),
+             _problem(rng, 6, 5, 2, no_key_rows=(1, 4)), 2, 2, focus=_FOCUS_NO_KEYS),
+        case("N = 6, d = 2, Br = 4, Bc = 3; rows 2 and 5 saw no key (lse = -inf, O = 0)",
+             _causal_problem(rng, 6, 2, no_key_rows=(2, 5)), 4, 3, True, focus=_FOCUS_NO_KEYS),
+        case("3 queries with scores near 800, -600 and 0 (lse more than 1000 apart), 6 keys, "
+             "Br = 2, Bc = 3", huge, 2, 3, focus=_FOCUS_HUGE),
         case("N = 37, d = 8, Br = 4, Bc = 3 (many tiles)", _causal_problem(rng, 37, 8),
-             4, 3, True),
+             4, 3, True, focus=_FOCUS_CAUSAL),
         case("N = 37, d = 8, Br = 5, Bc = 6 (many tiles)", _problem(rng, 37, 37, 8), 5, 6),
     ]  # fmt: skip
     rng = np.random.default_rng(seed)
@@ -617,15 +806,178 @@ def _backward_cases(seed, trials):
         label = (
             f"random case {t + 1}: Nq = {Nq}, Nk = {Nk}, d = {d}, dv = {dv}, Br = {Br}, Bc = {Bc}"
         )
-        if causal:
-            problem = _causal_problem(rng, Nq, d, dv)
-        else:
-            no_key = [r for r in range(Nq) if rng.random() < 0.15]
-            problem = _problem(rng, Nq, Nk, d, dv, no_key_rows=no_key)
-            if no_key:
-                label += f", {len(no_key)} row(s) without keys"
-        cases.append(case(label, problem, Br, Bc, causal))
+        no_key = [r for r in range(Nq) if rng.random() < 0.15]
+        problem = _problem(rng, Nq, Nk, d, dv, no_key_rows=no_key, causal=causal)
+        if no_key:
+            label += f", {len(no_key)} row(s) without keys"
+        focus = _FOCUS_OFF_CORNER if causal else _FOCUS_FORMULAS
+        cases.append(
+            case(label, problem, Br, Bc, causal, focus=_FOCUS_NO_KEYS if no_key else focus)
+        )
     return cases
+
+
+# ---- the rules of exercise 2 --------------------------------------------------------------------
+FULL_SCORE_MATRIX = Mistake(
+    "full-score-matrix",
+    "an array the size of the score matrix is built (S, P, dP, dS or a mask), or strips of it",
+    "The point of the backward of section 5 is that P is never stored: each B_r x B_c tile of S, "
+    "P, dP and dS is recomputed, used and thrown away. A product such as Q @ K.T or dO @ V.T, a "
+    "mask np.tri(N, N_k), or strips of B_r x N_k scores hold far more than a few tiles. Compute "
+    "them per tile, inside the two loops.",
+    fn=lambda *a, **k: None,
+)
+IGNORES_TILE_SIZE = Mistake(
+    "ignores-tile-size",
+    "inputs read in pieces larger than the tiles (Br rows of Q, dO; Bc rows of K, V)",
+    "The loops of section 5 read K_j = K[j:j + Bc], V_j likewise, Q_i = Q[i:i + Br] and dO_i "
+    "likewise: every read of an input is one tile (B_r and B_c are what fits on chip). A "
+    "product with the whole Q or K, or a strip of B_r x N_k scores, reads more at once. Only "
+    "the preparation before the loops, D = rowsum(dO * O) and the guard of lse, reads whole "
+    "arrays.",
+    fn=lambda *a, **k: None,
+)
+NO_CAUSAL_SKIP = Mistake(
+    "causal-tiles-not-skipped",
+    "the tiles above the diagonal are read (and masked) instead of skipped",
+    "A tile above the diagonal has no visible score: masking it gives the right values, but "
+    "reading and computing it is wasted work, almost half of a causal head. Decide before you "
+    "slice Q_i (or K_j): with K/V tiles outside, start the query loop at (j // Br) * Br, or "
+    "`continue` while i + Br_i - 1 < j before reading the tile; with query tiles outside, "
+    "`break` out of the key loop once j > i + Br_i - 1.",
+    fn=lambda *a, **k: None,
+)
+BACKWARD_RULE_MISTAKES = [FULL_SCORE_MATRIX, IGNORES_TILE_SIZE, NO_CAUSAL_SKIP]
+
+_MEMORY_N, _MEMORY_D, _MEMORY_TILE = 1024, 4, 64
+
+
+def _memory_case(causal: bool) -> Case:
+    rng = np.random.default_rng(7)
+    N, d, B = _MEMORY_N, _MEMORY_D, _MEMORY_TILE
+    problem = _tiled_problem(rng, N, d, causal)
+    label = f"N = N_k = {N}, d = {d}, Br = Bc = {B}" + (", causal" if causal else "")
+    return Case(label, problem, {"Br": B, "Bc": B, "causal": causal}, focus=_FOCUS_FORMULAS)
+
+
+def _tiled_problem(rng, N, d, causal):
+    """A consistent case too large for the oracle's N x N matrices: O and lse from tiles."""
+    Q, K, V, dO = (rng.standard_normal((N, d)) for _ in range(4))
+    tau = 1.0 / math.sqrt(d)
+    O, lse = np.zeros((N, d)), np.zeros(N)
+    for i in range(0, N, 256):  # 256-row strips: 2 MiB at a time, in the check's own code
+        s = tau * (Q[i : i + 256] @ K.T)
+        if causal:
+            s = np.where(np.tri(len(s), N, i, dtype=bool), s, NEG_INF)
+        m = s.max(axis=1, keepdims=True)
+        p = np.exp(s - m)
+        l = p.sum(axis=1, keepdims=True)
+        O[i : i + 256], lse[i : i + 256] = (p @ V) / l, (m + np.log(l))[:, 0]
+    return frozen(Q, K, V, O, dO, lse)
+
+
+def _memory_allowed(case: Case) -> int:
+    """Outputs, one float64 copy of every input, 12 score tiles, 4 per-row vectors and 32 KiB."""
+    Q, K, V = case.args[:3]
+    Br, Bc = case.kwargs["Br"], case.kwargs["Bc"]
+    inputs = sum(8 * np.size(a) for a in case.args)
+    outputs = 8 * (Q.size + K.size + V.size)
+    return outputs + inputs + 12 * (8 * Br * Bc) + 4 * (8 * max(len(Q), len(K))) + 32 * 2**10
+
+
+def _memory_rule(causal: bool) -> Rule:
+    case = _memory_case(causal)
+    N, Nk = len(case.args[0]), len(case.args[1])
+    return memory_budget(
+        case,
+        _memory_allowed(case),
+        FULL_SCORE_MATRIX,
+        forbidden=8 * N * Nk,
+        what="never an N x N_k array: only the outputs, tiles and per-row vectors (the check "
+        "measures what your function allocates)",
+    )
+
+
+def _tile_case() -> Case:
+    rng = np.random.default_rng(8)
+    problem = _problem(rng, 37, 29, 3, 2)
+    return Case(
+        "Nq = 37, Nk = 29, d = 3, dv = 2, Br = 8, Bc = 6",
+        problem,
+        {"Br": 8, "Bc": 6},
+        focus=_FOCUS_RAGGED,
+    )
+
+
+_WHOLE_READS = 2  # D = rowsum(dO * O) and the lse guard read dO, O and lse whole, once or twice
+
+
+def _tile_rule() -> Rule:
+    case = _tile_case()
+    Br, Bc = case.kwargs["Br"], case.kwargs["Bc"]
+    what = "every read of Q, dO is a tile of at most Br rows, of K and V at most Bc rows"
+    judges = [
+        tile_rule(case, what, IGNORES_TILE_SIZE, arg=0, axis=0, limit=Br).judge,
+        tile_rule(case, what, IGNORES_TILE_SIZE, arg=1, axis=0, limit=Bc).judge,
+        tile_rule(case, what, IGNORES_TILE_SIZE, arg=2, axis=0, limit=Bc).judge,
+        *(
+            tile_rule(
+                case, what, IGNORES_TILE_SIZE, arg=k, axis=0, limit=Br, whole_reads=_WHOLE_READS
+            ).judge
+            for k in (4, 3, 5)
+        ),
+    ]
+
+    def judge(report, case):
+        for j in judges:
+            verdict = j(report, case)
+            if verdict is not None:
+                return verdict
+        return None
+
+    return Rule(case, judge, what, trace=(0, 1, 2, 3, 4, 5))
+
+
+def _skip_case() -> Case:
+    rng = np.random.default_rng(9)
+    problem = _causal_problem(rng, 48, 2)
+    kwargs = {"Br": 4, "Bc": 6, "causal": True}
+    return Case("N = 48, d = 2, Br = 4, Bc = 6, causal", problem, kwargs, focus=_FOCUS_CAUSAL)
+
+
+_SKIP_SLACK = 1.25  # tiles cut at other boundaries (np.array_split) may read a few rows more
+
+
+def _skip_rule() -> Rule:
+    """Q and K are read no more than by one of the checks' own two loops that skip.
+
+    On the case, a loop that computes every tile reads Q (K/V tiles outside) or K (query tiles
+    outside) about 1.8 times as often as one that skips; the slack allows tiles cut at other
+    boundaries than multiples of Br and Bc.
+
+    The learner may loop in either order, so each argument's bound is the larger of the two
+    references' (K/V tiles outside read K once and Q per visible tile; query tiles outside the
+    other way round); a tile sliced again right after itself counts once (LoadLog.record).
+    """
+    case = _skip_case()
+    references = [
+        functools.partial(_tiled_backward, keys_outside=True),
+        functools.partial(_tiled_backward, keys_outside=False),
+    ]
+    return bounded_loads_rule(
+        case,
+        "with causal=True, skip the tiles above the diagonal: read no tile that has no "
+        "visible score",
+        NO_CAUSAL_SKIP,
+        args=(0, 1),
+        reference=references,
+        slack=_SKIP_SLACK,
+    )
+
+
+@functools.cache
+def _backward_rules() -> tuple[Rule, ...]:
+    return (_memory_rule(False), _memory_rule(True), _tile_rule(), _skip_rule())
 
 
 DQKV = ("dQ", "dK", "dV")
@@ -635,7 +987,8 @@ def check_flash_attention_backward(fn: Callable, seed: int | None = 0, trials: i
     """Check flash_attention_backward(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False).
 
     It must return (dQ, dK, dV), compared with the naive backward (which materializes P) to
-    1e-8, case by case (smallest first): dV, then dK, then dQ.
+    1e-8, case by case (smallest first): dV, then dK, then dQ. Then the rules (see the module's
+    docstring): no N x N_k array, tiles of Br and Bc rows, the tiles above the diagonal skipped.
 
     Args:
         fn: the learner's function.  seed: random cases' seed (None: fresh ones).
@@ -645,11 +998,10 @@ def check_flash_attention_backward(fn: Callable, seed: int | None = 0, trials: i
     if not callable(fn):
         raise CheckFailure(f"{name}: expected a function, got {type(fn).__name__} {fn!r}")
     cases = _backward_cases(seed, trials)
-    watched = _refusing_reference(fn)
     rounds = [
         (
             out_name,
-            pick_output(watched, k, DQKV, name),
+            pick_output(fn, k, DQKV, name),
             lambda *a, k=k, **kw: _reference_backward(*a, **kw)[k],
             [
                 Mistake(m.slug, m.title, m.explanation, pick_output(m.fn, k, DQKV, m.slug))
@@ -658,25 +1010,41 @@ def check_flash_attention_backward(fn: Callable, seed: int | None = 0, trials: i
         )
         for k, out_name in ((2, "dV"), (1, "dK"), (0, "dQ"))
     ]
+    settings = dict(rtol=1e-8, atol=1e-10, low_precision_below=1e-5)
+    rules = _backward_rules()
+    current = cases[0]
     try:
-        for case in cases:  # smallest first; on each case dV, then dK, then dQ
+        for current in cases:  # smallest first; on each case dV, then dK, then dQ
             for out_name, learner, reference, mistakes in rounds:
                 with contextlib.redirect_stdout(io.StringIO()):  # one pass line, at the end
                     run_cases(
                         name,
                         learner,
                         reference,
-                        [case],
+                        [current],
                         outputs=(out_name,),
                         mistakes=mistakes,
-                        rtol=1e-8,
-                        atol=1e-10,
+                        **settings,
                     )
-    except _CalledBackwardReference as called:
-        raise _calls_reference_failure(name, called.where) from None
+        for rule in rules:
+            current = rule.case
+            with contextlib.redirect_stdout(io.StringIO()):
+                run_cases(
+                    name,
+                    fn,
+                    _tiled_backward,
+                    [],
+                    outputs=DQKV,
+                    mistakes=BACKWARD_MISTAKES,
+                    rules=[rule],
+                    **settings,
+                )
+    except CheckFailure as failure:
+        raise _explained(failure, fn, current) from None
     print(
         f"✓ {name}: {len(cases)} cases match the reference (dV, dK and dQ; causal and not, "
-        "ragged N, Br != Bc, Nq != Nk, rows without keys)"
+        f"ragged N, Br != Bc, Nq != Nk, rows without keys); {len(rules)} rules hold (no "
+        "N x N_k array, Br x Bc tiles, the tiles above the diagonal skipped)"
     )
 
 

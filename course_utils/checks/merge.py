@@ -5,18 +5,45 @@ and the logsumexp of A's scores. Two partials over disjoint sets merge into the 
 
     lse = log(e^lse_A + e^lse_B),   o = e^(lse_A - lse) o_A + e^(lse_B - lse) o_B.
 
-Each check runs the learner's function on cases ordered from the lesson's hand example to random
-inputs, compares with course_utils (merge_partials, attention_reference) and, on a mismatch,
-names the misconception whose buggy implementation reproduces the learner's output.
+Each check runs the learner's function on cases ordered from the notebook's worked example to
+random inputs, compares with course_utils (merge_partials, attention_reference) and, on a mismatch,
+names the misconception whose buggy implementation reproduces the learner's output. The merge's
+cases reach the edges the notebook allows: lse of 10^4, lse 1000 and more apart (where the ratio
+e^(lse_A - lse_B) overflows), empty sets against huge lse, both sets empty.
+
+attention_by_parts has two rules, checked once every value is right:
+
+    the parts are computed separately: K and V are traced, and no single read may take the keys
+        (or values) of two different parts; one softmax over all of K reads every part at once
+                                                                                -> full-softmax
+    the parts are merged with the learner's own merge_partials (the notebook asks for it): its
+        calls are counted                                                       -> merge-not-used
+
+No memory budget: the forbidden array is the Nq x Nk score matrix, but a correct answer may copy
+K and V first (np.asarray(K, dtype=float), K.astype(...)), which is Nk x d, more than the scores
+whenever d >= Nq; no budget can lie 10x below the one and above the other. The loads see the
+reads themselves, which is what the rule is about.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 from .. import attention_reference
 from .. import merge_partials as _reference_merge
-from ._core import NAN_MISTAKE, Case, Mistake, check_answer, run_cases
+from ._core import (
+    LOW_PRECISION_MISTAKE,
+    NAN_MISTAKE,
+    Case,
+    Mistake,
+    Rule,
+    calls_rule,
+    hinted_answer,
+    partition_rule,
+    run_cases,
+)
 
 NEG_INF = -np.inf
 LN = np.log
@@ -133,6 +160,58 @@ def _flat_weights(o1, lse1, o2, lse2):
     return np.exp(lse1 - s) * o1 + np.exp(lse2 - s) * o2, lse  # (rows,) against (rows, d)
 
 
+def _ratio_overflow(o1, lse1, o2, lse2, *, flip=False, lse_form="log1p", guarded=True):
+    """The weights from the ratio r = e^(lse1 - lse2): w1 = r / (1 + r), w2 = 1 / (1 + r).
+
+    Right on paper, and right while the two lse are close; r overflows to inf once lse1 - lse2 >
+    709 and inf / inf is NaN. flip: r = e^(lse2 - lse1) instead (overflows the other way).
+    lse_form: "log1p" (lse = lse2 + log(1 + r), inf as well) or "logaddexp" (a right lse).
+    guarded: the empty sets (lse = -inf) handled apart with np.where, as a learner does to pass
+    the notebook's empty-set rows; unguarded, an empty set already gives r = inf.
+    """
+    lse1, lse2 = np.asarray(lse1, dtype=np.float64), np.asarray(lse2, dtype=np.float64)
+    a, b = (lse2, lse1) if flip else (lse1, lse2)
+    r = np.exp(a - b)
+    wa, wb = r / (1 + r), 1 / (1 + r)
+    lse = b + np.log1p(r) if lse_form == "log1p" else np.logaddexp(lse1, lse2)
+    w1, w2 = (wb, wa) if flip else (wa, wb)
+    if guarded:
+        e1, e2 = np.isneginf(lse1), np.isneginf(lse2)
+        w1 = np.where(e1, 0.0, np.where(e2, 1.0, w1))
+        w2 = np.where(e2, 0.0, np.where(e1, 1.0, w2))
+        lse = np.where(e1, lse2, np.where(e2, lse1, lse))
+    return _col(w1, o1) * o1 + _col(w2, o2) * o2, lse
+
+
+def _ratio_overflow_guarded(o1, lse1, o2, lse2):
+    return _ratio_overflow(o1, lse1, o2, lse2)
+
+
+_RATIO_VARIANTS = [_ratio_overflow_guarded] + [
+    functools.partial(_ratio_overflow, flip=flip, lse_form=form, guarded=guarded)
+    for guarded in (True, False)
+    for flip in (False, True)
+    for form in ("log1p", "logaddexp")
+][1:]
+
+
+def _merge_in(dtype):
+    """The right merge computed in a lower precision (the statistics kept in float32 or float16)."""
+
+    def merge(o1, lse1, o2, lse2):
+        o1, lse1, o2, lse2 = (np.asarray(a).astype(dtype) for a in (o1, lse1, o2, lse2))
+        lse = np.logaddexp(lse1, lse2)
+        safe = np.where(np.isneginf(lse), dtype(0), lse)
+        w1, w2 = np.exp(lse1 - safe), np.exp(lse2 - safe)
+        return _col(w1, o1) * o1 + _col(w2, o2) * o2, lse
+
+    return merge
+
+
+def _merge_float32(o1, lse1, o2, lse2):
+    return _merge_in(np.float32)(o1, lse1, o2, lse2)
+
+
 _LSE_VARIANTS = (_right_lse, _max_lse, _mean_lse)
 
 _MERGE_MISTAKE_SPECS = [
@@ -199,6 +278,22 @@ _MERGE_MISTAKE_SPECS = [
         [_exp_overflow],
     ),
     (
+        "ratio-overflow",
+        "weights from the ratio e^(lse_A - lse_B), which overflows when the lse are far apart",
+        "w_A = r / (1 + r) with r = e^(lse_A - lse_B) is right on paper, but r is inf once the two "
+        "lse are more than 709 apart (an empty set, lse = -inf, is infinitely far), and "
+        "inf / inf is NaN. Two lse 1000 apart are common: a set whose scores are all much "
+        "larger. Take both weights against the merged lse, which is never below either: "
+        "lse = np.logaddexp(lse_A, lse_B), w_A = np.exp(lse_A - lse) <= 1.",
+        _RATIO_VARIANTS,
+    ),
+    (
+        LOW_PRECISION_MISTAKE.slug,
+        LOW_PRECISION_MISTAKE.title,
+        LOW_PRECISION_MISTAKE.explanation,
+        [_merge_float32, _merge_in(np.float16)],
+    ),
+    (
         "weights-not-broadcast",
         "weights of shape (rows,) multiplied into o of shape (rows, d) without a new axis",
         "With vector values o has shape (rows, d) and the weights shape (rows,). w * o lines w up "
@@ -209,29 +304,11 @@ _MERGE_MISTAKE_SPECS = [
 ]
 
 
-def _only_if_wrong(fn, reference):
-    """fn, refusing (by raising) the inputs where it agrees with the reference.
-
-    A buggy implementation can be right on some inputs (overflow needs a huge lse, a swap needs
-    unequal weights). There it must not be named: a learner whose result is merely close to the
-    reference would match it.
-    """
-
-    def buggy(*args):
-        theirs, expected = fn(*args), reference(*args)
-        if all(
-            np.allclose(t, e, rtol=1e-12, atol=1e-12, equal_nan=True)
-            for t, e in zip(theirs, expected, strict=True)
-        ):
-            raise ValueError("this mistake gives the right answer on this input")
-        return theirs
-
-    buggy.raw = fn  # the buggy implementation itself (the tests run it as a learner's answer)
-    return buggy
-
-
+# A mistake is named only when its output on the failing case matches the learner's, and never
+# on a case where it happens to give the right answer (core's diagnose): each replay below may be
+# harmless on some inputs (a swap needs unequal weights, the ratio a gap beyond 709).
 MERGE_MISTAKES: list[Mistake] = [
-    Mistake(slug, title, explanation, _only_if_wrong(fn, _reference_merge))
+    Mistake(slug, title, explanation, fn)
     for slug, title, explanation, fns in _MERGE_MISTAKE_SPECS
     for fn in fns
 ]
@@ -246,15 +323,32 @@ def _rows(*values):
     return np.array(values, dtype=np.float64)
 
 
+_F_WEIGHTS = (
+    "the weights: w_A = e^(lse_A - lse) and w_B = e^(lse_B - lse), with lse = log(e^lse_A + "
+    "e^lse_B); they add up to 1"
+)
+_F_VECTOR = "vector values: o of shape (rows, d), one weight per row (w[:, None] * o)"
+_F_EMPTY = "an empty set (lse = -inf, o = 0): weight 0, the other set's (o, lse) unchanged"
+_F_LARGE = "large lse: stay in the log domain (np.logaddexp, weights e^(lse_A - lse) <= 1)"
+_F_GAP = (
+    "two lse far apart: the heavier set gets weight 1 and the lighter one 0 (e^-1000 is 0), "
+    "with no inf / inf on the way"
+)
+_F_BOTH = "both sets empty: o = 0 and lse = -inf, never exp(-inf - (-inf))"
+
+
 def _merge_cases(seed, trials: int) -> list[Case]:
     cases = [
         Case(
-            "the lesson's merge: A = (4/3, ln 3), B = (10/3, ln 12), one row, scalar values",
+            "the worked example of section 4: A = (4/3, ln 3), B = (10/3, ln 12), one row, "
+            "scalar values",
             (_rows(4 / 3), _rows(LN(3)), _rows(10 / 3), _rows(LN(12))),
+            focus=_F_WEIGHTS,
         ),
         Case(
             "one row, vector values (d = 2)",
             (_rows([1.0, -2.0]), _rows(LN(5)), _rows([4.0, 2.0]), _rows(LN(20))),
+            focus=_F_VECTOR,
         ),
         Case(
             "3 rows, d = 3 (as many rows as value components)",
@@ -264,14 +358,37 @@ def _merge_cases(seed, trials: int) -> list[Case]:
                 _rows([0.0, 2.0, 1.0], [1.0, 1.0, -3.0], [5.0, 0.0, 2.0]),
                 _rows(1.5, -0.5, 0.7),
             ),
+            focus=_F_VECTOR,
         ),
         Case(
             "2 rows, one empty set each (lse = -inf, o = 0): B empty in row 0, A in row 1",
             (_rows(2.5, 0.0), _rows(0.4, NEG_INF), _rows(0.0, -1.5), _rows(NEG_INF, 1.2)),
+            focus=_F_EMPTY,
         ),
         Case(
             "2 rows with large and very negative lse (e^lse over- and underflows)",
             (_rows(1.0, 3.0), _rows(1000.0, -1000.0), _rows(2.0, -1.0), _rows(998.0, -1001.0)),
+            focus=_F_LARGE,
+        ),
+        Case(
+            "4 rows, d = 2, lse 1000 and more apart: lse_A - lse_B = 1000, -1000, 3000, 10^4",
+            (
+                _rows([1.0, 2.0], [0.5, -1.0], [3.0, 0.0], [-2.0, 1.5]),
+                _rows(1000.0, 0.0, 2500.0, 10005.0),
+                _rows([-1.0, 4.0], [2.0, 2.5], [1.0, 1.0], [0.0, -3.0]),
+                _rows(0.0, 1000.0, -500.0, 5.0),
+            ),
+            focus=_F_GAP,
+        ),
+        Case(
+            "3 rows, scalar values: an empty set against lse = 1000, -1000 and 10^4",
+            (
+                _rows(0.0, 1.5, -2.0),
+                _rows(NEG_INF, -1000.0, 1e4),
+                _rows(4.0, 0.0, 0.0),
+                _rows(1000.0, NEG_INF, NEG_INF),
+            ),
+            focus=_F_EMPTY,
         ),
         Case(
             "3 rows, d = 2: both sets empty in row 0 (o = 0, lse = -inf expected)",
@@ -281,6 +398,7 @@ def _merge_cases(seed, trials: int) -> list[Case]:
                 _rows([0.0, 0.0], [-1.0, 3.0], [2.0, -2.0]),
                 _rows(NEG_INF, 2.2, 1.1),
             ),
+            focus=_F_BOTH,
         ),
     ]
     rng = np.random.default_rng(seed)
@@ -291,6 +409,9 @@ def _merge_cases(seed, trials: int) -> list[Case]:
         offset = float(rng.choice([0.0, 0.0, 300.0, -300.0, 800.0]))
         lse1 = offset + 3 * rng.standard_normal(rows)
         lse2 = offset + 3 * rng.standard_normal(rows)
+        if rng.random() < 0.4:  # some rows 750 to 3000 apart, either way
+            far = rng.random(rows) < 0.5
+            lse2[far] += rng.choice([-1.0, 1.0], size=far.sum()) * rng.uniform(750, 3000, far.sum())
         lse1[rng.random(rows) < 0.2] = NEG_INF
         lse2[rng.random(rows) < 0.2] = NEG_INF
         o1 = np.where(_col(np.isneginf(lse1), np.empty(shape)), 0.0, rng.normal(size=shape))
@@ -303,8 +424,9 @@ def _merge_cases(seed, trials: int) -> list[Case]:
 def check_merge_partials(fn, seed: int | None = 0, trials: int = 20) -> None:
     """Check merge_partials(o1, lse1, o2, lse2) -> (o, lse) against course_utils.merge_partials.
 
-    Cases: the lesson's merge, vector values, rows == d, empty sets, huge lse, both sets empty,
-    then `trials` random batches (seed=None: fresh ones).
+    Cases: the worked example of section 4, vector values, rows == d, empty sets, huge lse, lse
+    1000 and more apart, empty sets against huge lse, both sets empty, then `trials` random
+    batches (seed=None: fresh ones). Inputs are read-only: a merge into o1 is `mutates-input`.
     """
     run_cases(
         "merge_partials",
@@ -313,7 +435,8 @@ def check_merge_partials(fn, seed: int | None = 0, trials: int = 20) -> None:
         _merge_cases(seed, trials),
         outputs=("o", "lse"),
         mistakes=MERGE_MISTAKES,
-        summary="scalar and vector values, empty sets, both empty, lse up to 1000",
+        summary="scalar and vector values, empty sets, both empty, lse up to 10^4 and 1000 and "
+        "more apart",
     )
 
 
@@ -411,11 +534,26 @@ def _mean_of_parts(rule):
     return attention_by_parts
 
 
+def _parts_nan_on_empty(q, K, V, parts):
+    """An empty part's softmax taken anyway: l = 0, o = 0 / 0 = NaN, and 0 * NaN stays NaN."""
+    q, K, V = (np.asarray(a, dtype=np.float64) for a in (q, K, V))
+    tau = 1 / np.sqrt(q.shape[1])
+    o, lse = np.zeros((len(q), V.shape[1])), np.full(len(q), NEG_INF)
+    for idx in parts:
+        idx = np.asarray(idx, dtype=np.intp)
+        s = tau * (q @ K[idx].T)
+        m = s.max(axis=1, initial=NEG_INF)
+        p = np.exp(s - _safe(m)[:, None])
+        l = p.sum(axis=1)
+        o, lse = _merge(o, lse, (p @ V[idx]) / l[:, None], m + np.log(l))
+    return o, lse
+
+
 def _parts_reference(q, K, V, parts):
     return attention_reference(q, K, V)
 
 
-_PARTS_MISTAKES: list[Mistake] = (
+PARTS_MISTAKES: list[Mistake] = (
     [
         Mistake(
             "plain-average",
@@ -470,6 +608,7 @@ _PARTS_MISTAKES: list[Mistake] = (
             "and V[idx].",
             _by_parts(_merge, contiguous=True),
         ),
+        Mistake(NAN_MISTAKE.slug, NAN_MISTAKE.title, NAN_MISTAKE.explanation, _parts_nan_on_empty),
         Mistake(
             "skips-a-part",
             "the last part is never merged",
@@ -481,13 +620,7 @@ _PARTS_MISTAKES: list[Mistake] = (
 )
 
 
-PARTS_MISTAKES: list[Mistake] = [
-    Mistake(m.slug, m.title, m.explanation, _only_if_wrong(m.fn, _parts_reference))
-    for m in _PARTS_MISTAKES
-]
-
-
-def _lesson_qkv():
+def _example_qkv():
     """One query whose scores are (ln 2, 0, ln 8, ln 4) (d = 1, tau = 1), values (1, 2, 3, 4)."""
     q = np.array([[1.0]])
     K = np.log([[2.0], [1.0], [8.0], [4.0]])
@@ -503,35 +636,51 @@ def _random_partition(rng, n: int) -> KeyParts:
     return key_parts(*parts)
 
 
+_F_PARTS_MERGE = "each part's (o, lse), merged into the running result with merge_partials"
+_F_PARTS_GATHER = "a part is any set of key indices: gather its keys and values with K[idx], V[idx]"
+_F_PARTS_EMPTY = (
+    "an empty part is (o, lse) = (0, -inf), the merge's identity; with no keys at all, o = 0 and "
+    "lse = -inf"
+)
+_F_PARTS_SCALE = "the scores tau q.k with tau = 1/sqrt(d), d = q.shape[1]"
+
+
 def _parts_cases(seed, trials: int) -> list[Case]:
-    q, K, V = _lesson_qkv()
+    q, K, V = _example_qkv()
     rng = np.random.default_rng(12345)  # the fixed cases do not depend on seed
     q7, K7, V7 = rng.normal(size=(1, 4)), rng.normal(size=(7, 4)), rng.normal(size=(7, 3))
     q3, K10, V10 = rng.normal(size=(3, 4)), rng.normal(size=(10, 4)), rng.normal(size=(10, 2))
     cases = [
         Case(
-            "the lesson's example: scores (ln 2, 0, ln 8, ln 4), values 1..4, parts {0,1}, {2,3}",
+            "the example of section 2 (scores ln 2, 0, ln 8, ln 4; values 1..4), split as in "
+            "section 4: parts {0,1}, {2,3}",
             (q, K, V, key_parts([0, 1], [2, 3])),
+            focus=_F_PARTS_MERGE,
         ),
         Case(
-            "the lesson's example, non-contiguous parts {0,2}, {1,3}",
+            "the example of section 2, non-contiguous parts {0,2}, {1,3}",
             (q, K, V, key_parts([0, 2], [1, 3])),
+            focus=_F_PARTS_GATHER,
         ),
         Case(
-            "the lesson's example, parts {3}, {} (empty), {2, 0, 1}",
+            "the example of section 2, parts {3}, {} (empty), {2, 0, 1}",
             (q, K, V, key_parts([3], [], [2, 0, 1])),
+            focus=_F_PARTS_EMPTY,
         ),
         Case(
             "one query, d = 4, 7 keys in shuffled parts {6,0,3}, {1,5}, {4,2}",
             (q7, K7, V7, key_parts([6, 0, 3], [1, 5], [4, 2])),
+            focus=_F_PARTS_SCALE,
         ),
         Case(
             "3 queries, d = 4, 10 keys in 5 ragged parts (one empty, one singleton)",
             (q3, K10, V10, key_parts([9, 2, 5, 0], [], [7], [1, 8, 3], [4, 6])),
+            focus=_F_PARTS_GATHER,
         ),
         Case(
             "no keys at all (a fully masked row): one empty part, o = 0 and lse = -inf expected",
             (q7, K7[:0], V7[:0], key_parts([])),
+            focus=_F_PARTS_EMPTY,
         ),
     ]
     rng = np.random.default_rng(seed)
@@ -547,12 +696,100 @@ def _parts_cases(seed, trials: int) -> list[Case]:
     return cases
 
 
+# ---------------------------------------------------------------------------------------------
+# The rules of attention_by_parts: parts computed separately, merged with merge_partials
+# ---------------------------------------------------------------------------------------------
+
+
+def _parts_full_softmax(q, K, V, parts):
+    """One softmax over all the keys (the naive way of section 2): the parts are never used."""
+    q, K, V = (np.asarray(a, dtype=np.float64) for a in (q, K, V))
+    if len(K) == 0:
+        return np.zeros((len(q), V.shape[1])), np.full(len(q), NEG_INF)
+    s = (q @ K.T) / np.sqrt(q.shape[1])
+    m = s.max(axis=1)
+    p = np.exp(s - m[:, None])
+    l = p.sum(axis=1)
+    return (p @ V) / l[:, None], m + np.log(l)
+
+
+def _parts_inline_merge(q, K, V, parts):
+    """Every part on its own, but merged by a formula written out here, not by merge_partials."""
+    q, K, V = (np.asarray(a, dtype=np.float64) for a in (q, K, V))
+    tau = 1 / np.sqrt(q.shape[1])
+    o, lse = np.zeros((len(q), V.shape[1])), np.full(len(q), NEG_INF)
+    for idx in parts:
+        o_p, lse_p = _part_stats(q, K, V, np.asarray(idx, dtype=np.intp), tau)
+        new = np.logaddexp(lse, lse_p)
+        safe = _safe(new)
+        o = np.exp(lse - safe)[:, None] * o + np.exp(lse_p - safe)[:, None] * o_p
+        lse = new
+    return o, lse
+
+
+def _parts_rule_case() -> Case:
+    rng = np.random.default_rng(2024)
+    q, K, V = 2 * rng.normal(size=(3, 8)), rng.normal(size=(30, 8)), rng.normal(size=(30, 4))
+    order = rng.permutation(30)
+    parts = key_parts(order[:9], [], order[9:16], order[16:17], order[17:])
+    return Case(
+        "3 queries, 30 keys (d = 8) in 5 shuffled parts of 9, 0, 7, 1 and 13 keys",
+        (q, K, V, parts),
+    )
+
+
+FULL_SOFTMAX = Mistake(
+    "full-softmax",
+    "one softmax over all the keys instead of one per part",
+    "attention_by_parts computes each part on its own, as a worker that holds only that part's "
+    "keys would: s = tau * q @ K[idx].T with V[idx], the part's (o, lse), then a merge. A softmax "
+    "over all of K at once (q @ K.T, or a logsumexp over every score) gives the same numbers "
+    "without any part: it is the naive way of section 2, not the exercise.",
+    fn=_parts_full_softmax,
+)
+
+MERGE_NOT_USED = Mistake(
+    "merge-not-used",
+    "the parts are not merged with your merge_partials",
+    "Exercise 2 builds on exercise 1: merge each part's (o, lse) into the running result by "
+    "calling your merge_partials (by that name), starting from the empty partial (0, -inf). "
+    "A merge written out again, or a k-way formula, is not what the exercise asks; the check "
+    "counts the calls.",
+    fn=_parts_inline_merge,
+)
+
+PARTS_RULE_MISTAKES = [FULL_SOFTMAX, MERGE_NOT_USED]
+
+
+def _parts_rules() -> list[Rule]:
+    case = _parts_rule_case()
+    return [
+        partition_rule(
+            case,
+            "compute each part separately: no read of K or V may take keys of two parts",
+            FULL_SOFTMAX,
+            args=(1, 2),
+            axis=0,
+            groups=lambda case: list(case.args[3]),
+        ),
+        calls_rule(
+            case,
+            "merge the parts with your merge_partials",
+            MERGE_NOT_USED,
+            helper="merge_partials",
+            at_least=lambda case: sum(1 for idx in case.args[3] if len(idx)) - 1,
+        ),
+    ]
+
+
 def check_attention_by_parts(fn, seed: int | None = 0, trials: int = 15) -> None:
     """Check attention_by_parts(q, K, V, parts) -> (o, lse) against cu.attention_reference.
 
     parts splits the keys 0..Nk-1 into disjoint sets (every key in exactly one set); the merged
-    result must equal attention over all keys. Cases: the lesson's example with several splits,
-    shuffled and empty parts, several queries, no keys at all, then `trials` random cases.
+    result must equal attention over all keys. Cases: the example of sections 2 and 4 with
+    several splits, shuffled and empty parts, several queries, no keys at all, then `trials`
+    random cases. Then the rules, on 30 keys in 5 parts: no read of K or V takes keys of two
+    parts, and the parts are merged by calls of the learner's merge_partials.
     """
     run_cases(
         "attention_by_parts",
@@ -561,7 +798,9 @@ def check_attention_by_parts(fn, seed: int | None = 0, trials: int = 15) -> None
         _parts_cases(seed, trials),
         outputs=("o", "lse"),
         mistakes=PARTS_MISTAKES,
-        summary="shuffled, ragged and empty parts, several queries, no keys",
+        summary="shuffled, ragged and empty parts, several queries, no keys; each part read on "
+        "its own and merged with merge_partials",
+        rules=_parts_rules(),
     )
 
 
@@ -570,56 +809,58 @@ def check_attention_by_parts(fn, seed: int | None = 0, trials: int = 15) -> None
 # ---------------------------------------------------------------------------------------------
 
 
-def _near(answer, value) -> bool:
-    """True when a quick-check answer is a number within 0.1% of value (False for anything else)."""
-    try:
-        return bool(np.ndim(answer) == 0 and np.isclose(float(answer), value, rtol=1e-3))
-    except (TypeError, ValueError):
-        return False
-
-
-def _merge_hint(answer, o_a, lse_a, o_b, lse_b) -> str:
+def _merge_wrong_answers(o_a, lse_a, o_b, lse_b) -> list[tuple[float, str]]:
+    """The merged o that each known mistake gives, with its hint (hinted_answer's windows)."""
     e_a, e_b = np.exp(lse_a), np.exp(lse_b)
-    known = {
-        "plain-average": (
+    known = [
+        (
             (o_a + o_b) / 2,
             "that is the plain average; the sets hold different shares of the mass",
+            "plain-average",
         ),
-        "normalize-then-add": (o_a + o_b, "that adds two averages; weight them instead"),
-        "unnormalized-weights": (
+        (o_a + o_b, "that adds two averages; weight them instead", "normalize-then-add"),
+        (
             e_a * o_a + e_b * o_b,
             "divide by the total mass e^lse_A + e^lse_B",
+            "unnormalized-weights",
         ),
-        "swapped-weights": ((e_b * o_a + e_a * o_b) / (e_a + e_b), "the weights are swapped"),
-    }
-    for slug, (value, text) in known.items():
-        if _near(answer, value):
-            return text + f" [misconception: {slug}]"
-    return "e^lse_A and e^lse_B are the two sets' masses; each weight is its mass over the total."
+        ((e_b * o_a + e_a * o_b) / (e_a + e_b), "the weights are swapped", "swapped-weights"),
+    ]
+    return [(value, f"{text} [misconception: {slug}]") for value, text, slug in known]
+
+
+_MERGE_HINT = (
+    "e^lse_A and e^lse_B are the two sets' masses; each weight is its mass over the total."
+)
 
 
 def check_quick_merge(answer) -> None:
-    """Quick check: merge (o_A, lse_A) = (2, ln 1) with (o_B, lse_B) = (5, ln 3) (scalar values)."""
+    """Quick check 1: merge (o_A, lse_A) = (2, ln 1) with (o_B, lse_B) = (5, ln 3): the merged o."""
     args = (2.0, LN(1.0), 5.0, LN(3.0))
     expected = float(_reference_merge(*args)[0])
-    check_answer("merged o", answer, expected, hint=_merge_hint(answer, *args))
+    hinted_answer("merged o", answer, expected, _merge_wrong_answers(*args), _MERGE_HINT)
 
 
 def check_quick_merge_second(answer) -> None:
-    """Check yourself 2: merge (o_A, lse_A) = (1, ln 2) with (o_B, lse_B) = (4, ln 6): o."""
+    """Quick check 2: merge (o_A, lse_A) = (1, ln 2) with (o_B, lse_B) = (4, ln 6): the merged o."""
     args = (1.0, LN(2.0), 4.0, LN(6.0))
     expected = float(_reference_merge(*args)[0])
-    check_answer("merged o", answer, expected, hint=_merge_hint(answer, *args))
+    hinted_answer("merged o", answer, expected, _merge_wrong_answers(*args), _MERGE_HINT)
 
 
 def check_quick_merged_lse(answer) -> None:
-    """Check yourself 2, continued: the merged lse of (1, ln 2) and (4, ln 6)."""
-    expected = float(np.logaddexp(LN(2.0), LN(6.0)))
-    hint = "lse = log(e^lse_A + e^lse_B), a natural log of the total mass"
-    if _near(answer, LN(6.0)):
-        hint = "that is max(lse_A, lse_B); add set A's mass too [misconception: lse-max]"
-    elif _near(answer, 8.0):
-        hint = "8 is the total mass e^lse; lse is its natural log"
-    elif _near(answer, np.log2(8.0)):
-        hint = "that is log2 of the mass; lse uses the natural log [misconception: base2-lse]"
-    check_answer("merged lse", answer, expected, hint=hint)
+    """Quick check 2, continued: the merged lse of (1, ln 2) and (4, ln 6)."""
+    hinted_answer(
+        "merged lse",
+        answer,
+        float(np.logaddexp(LN(2.0), LN(6.0))),
+        [
+            (LN(6.0), "that is max(lse_A, lse_B); add set A's mass too [misconception: lse-max]"),
+            (8.0, "8 is the total mass e^lse; lse is its natural log"),
+            (
+                np.log2(8.0),
+                "that is log2 of the mass; lse uses the natural log [misconception: base2-lse]",
+            ),
+        ],
+        "lse = log(e^lse_A + e^lse_B), a natural log of the total mass",
+    )

@@ -1,22 +1,38 @@
 """Checks for notebook 01 (online softmax): the running (m, l) and one query's (out, lse).
 
-Each check runs the learner's function on the source documents' worked examples first, then on
-edge cases (a huge score, -inf entries, a row that is all -inf, an empty stream), then on random
+Each check runs the learner's function on the notebook's worked examples first, then on edge
+cases (a huge score, -inf entries, a row that is all -inf, an empty stream), then on random
 inputs. The buggy functions below are the misconceptions a check can name; the cases are ordered
 so that each bug first fails on an input where only its own buggy function matches:
 
-    the textbook's recall question s = [2, 4, 1, 3] (block 2 does not raise the max) separates
+    the scores s = (2, 4, 1, 3) of further exercise 1 (block 2 does not raise the max) separate
         "own-block-max" from "no-rescale" (which is right as long as the max never grows);
-    the lesson's example (block 2 raises the max) catches "no-rescale" and "rescale-l-not-acc";
+    the example of section 4(b) (block 2 raises the max) catches "no-rescale" and
+        "rescale-l-not-acc";
     a score of 1000 catches "no-max-subtraction" in the attention output (exp(1000) = inf);
-    a leading block of -inf scores and an all -inf row catch "nan-masked".
+    a leading block of -inf scores and an all -inf row catch "nan-masked";
+    a float32 replay of the whole update names "low-precision" (only when it matches).
+
+Once every value is right, the rule of the exercise is checked: the function reads each score
+once, in blocks of `block` (and, for the attention, each value once, with its score). The input
+is traced (see _core.LoadLog) on a batch big enough that a whole row is many blocks long:
+
+    a read wider than a block (x.max(), np.exp(x - x.max()), scipy's logsumexp: the safe
+        softmax of section 2)                                                -> whole-stream
+    a score read twice (a pass for the max, then one for the sum)            -> multi-pass
+    all values read at once at the end (p @ v with the whole v)              -> values-read-whole
+
+No memory budget: a learner may legitimately copy the input first (x.astype(np.float64), or the
+float64 copy of float32 scores), and that copy is as large as the row-sized temporaries the rule
+forbids (np.exp(x - m) is one row of the same size), so no budget can be 10x below the forbidden
+array and above every correct answer. The loads are what certify streaming: they see the reads
+themselves, whatever is allocated.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
+from scipy.special import logsumexp
 
 from ..softmax import online_softmax_stats
 from ._core import (
@@ -24,22 +40,21 @@ from ._core import (
     NAN_MISTAKE,
     Case,
     Mistake,
-    check_answer,
-    close,
+    frozen,
+    hinted_answer,
     run_cases,
+    single_pass_rule,
+    tile_rule,
 )
 
 NEG_INF = -np.inf
 
-# The lesson's worked example: e^x = (2, 1, 8, 4), values (1, 2, 3, 4), two blocks of two.
-LESSON_X = np.log([2.0, 1.0, 8.0, 4.0])
-LESSON_V = np.array([1.0, 2.0, 3.0, 4.0])
-# The textbook's worked example (block 2 raises the max from 3 to 5) ...
-BOOK_X = np.array([1.0, 3.0, 2.0, 5.0])
-BOOK_V = np.array([10.0, 20.0, 30.0, 40.0])
-# ... and its recall question 1 (block 2 has max 3 < 4: the running max does not grow).
-RECALL_X = np.array([2.0, 4.0, 1.0, 3.0])
-RECALL_V = np.array([5.0, 15.0, 25.0, 35.0])
+# The example of section 4(b): e^x = (2, 1, 8, 4), values (1, 2, 3, 4), two blocks of two.
+EXAMPLE_X, EXAMPLE_V = frozen(np.log([2.0, 1.0, 8.0, 4.0]), np.array([1.0, 2.0, 3.0, 4.0]))
+# The example of section 4(c), in the block-local form (block 2 raises the max from 3 to 5) ...
+LOCAL_X, LOCAL_V = frozen(np.array([1.0, 3.0, 2.0, 5.0]), np.array([10.0, 20.0, 30.0, 40.0]))
+# ... and further exercise 1 (block 2 has max 3 < 4: the running max does not grow).
+FURTHER_X, FURTHER_V = frozen(np.array([2.0, 4.0, 1.0, 3.0]), np.array([5.0, 15.0, 25.0, 35.0]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -220,6 +235,22 @@ def _att_unguarded(x, v, block):
     return acc / l, np.float64(m + np.log(l))  # 0 / 0 = nan for an all -inf row
 
 
+def _att_divides_empty(x, v, block):
+    """The update guarded, but acc / l divided without a guard: 0 / 0 for a fully masked row."""
+
+    def update(m, l, acc, xb, vb):
+        m_new = max(m, xb.max())
+        p, factor = np.exp(xb - _safe(m_new)), np.exp(m - _safe(m_new))
+        return m_new, factor * l + p.sum(), factor * acc + np.tensordot(p, vb, axes=(0, 0))
+
+    x = np.asarray(x, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    m, l, acc = NEG_INF, 0.0, np.zeros(v.shape[1:])
+    for sl in _blocks(len(x), block):
+        m, l, acc = update(m, l, acc, x[sl], v[sl])
+    return acc / l, np.float64(m + np.log(l))  # nan and -inf when l == 0
+
+
 def _att_float32(x, v, block):
     def update(m, l, acc, xb, vb):
         m_new = max(m, xb.max())
@@ -229,6 +260,88 @@ def _att_float32(x, v, block):
         return m_new, factor * l + p.sum(), factor * acc + np.tensordot(p, vb, axes=(0, 0))
 
     return _attention_loop(x, v, block, update, dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Right values, wrong algorithm: the rule of the exercise is broken (each one's values are exact)
+# ---------------------------------------------------------------------------------------------
+
+
+def _stats_whole_row(x, block):
+    """The safe softmax of section 2 on each row: one max and one sum over the whole row."""
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max(axis=-1, initial=NEG_INF)
+    return m, np.exp(x - _safe(m)[..., None]).sum(axis=-1)
+
+
+def _stats_logsumexp(x, block):
+    """l from scipy's logsumexp of the whole row: m + log l = lse, so l = exp(lse - m)."""
+    x = np.asarray(x, dtype=np.float64)
+    m = x.max(axis=-1, initial=NEG_INF)
+    lse = logsumexp(x, axis=-1)
+    return m, np.where(np.isneginf(m), 0.0, np.exp(lse - _safe(m)))
+
+
+def _stats_two_pass(x, block):
+    """Blocks of `block`, but two passes: every block for the max, then every block for the sum."""
+    x = np.asarray(x, dtype=np.float64)
+    m = np.full(x.shape[:-1], NEG_INF)
+    for sl in _blocks(x.shape[-1], block):
+        m = np.maximum(m, x[..., sl].max(axis=-1))
+    l = np.zeros(x.shape[:-1])
+    for sl in _blocks(x.shape[-1], block):
+        l = l + np.exp(x[..., sl] - _safe(m)[..., None]).sum(axis=-1)
+    return m, l
+
+
+def _att_whole_row(x, v, block):
+    """The safe softmax average of section 2: p = exp(x - x.max()) over the whole row."""
+    x = np.asarray(x, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    m = x.max(initial=NEG_INF)
+    if np.isneginf(m):
+        return np.zeros(v.shape[1:]), np.float64(NEG_INF)
+    p = np.exp(x - m)
+    return p @ v / p.sum(), np.float64(m + np.log(p.sum()))
+
+
+def _att_logsumexp(x, v, block):
+    """Weights exp(x - lse) with lse from scipy's logsumexp of the whole row."""
+    x = np.asarray(x, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    lse = logsumexp(x)
+    if np.isneginf(lse):
+        return np.zeros(v.shape[1:]), np.float64(NEG_INF)
+    return np.exp(x - lse) @ v, np.float64(lse)
+
+
+def _att_three_pass(x, v, block):
+    """The three passes of section 8, block by block: the max, then the sum, then the values."""
+    x = np.asarray(x, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    blocks = _blocks(len(x), block)
+    m = max((x[sl].max() for sl in blocks), default=NEG_INF)
+    if np.isneginf(m):
+        return np.zeros(v.shape[1:]), np.float64(NEG_INF)
+    l = sum(np.exp(x[sl] - m).sum() for sl in blocks)
+    acc = sum(np.tensordot(np.exp(x[sl] - m), v[sl], axes=(0, 0)) for sl in blocks)
+    return acc / l, np.float64(m + np.log(l))
+
+
+def _att_values_at_the_end(x, v, block):
+    """One online pass over the scores, but the weights kept and multiplied with all of v last."""
+    x = np.asarray(x, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    m, l, weights = NEG_INF, 0.0, []
+    for sl in _blocks(len(x), block):
+        xb = x[sl]
+        m_new = max(m, xb.max())
+        factor = np.exp(m - _safe(m_new))
+        weights = [w * factor for w in weights] + [np.exp(xb - _safe(m_new))]
+        l, m = factor * l + weights[-1].sum(), m_new
+    if l == 0:
+        return np.zeros(v.shape[1:]), np.float64(NEG_INF)
+    return np.tensordot(np.concatenate(weights), v, axes=(0, 0)) / l, np.float64(m + np.log(l))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,42 +369,25 @@ _NO_MAX = (
     "inf / inf = nan. Keep l = sum exp(x_i - m) relative to the running max m, so that every "
     "exponent is <= 0 and every term lies in [0, 1].",
 )
-_UNGUARDED = (
-    "nan-masked",
-    NAN_MISTAKE.title,
-    NAN_MISTAKE.explanation,
-)
+_UNGUARDED = (NAN_MISTAKE.slug, NAN_MISTAKE.title, NAN_MISTAKE.explanation)
 _LOW = ("low-precision", LOW_PRECISION_MISTAKE.title, LOW_PRECISION_MISTAKE.explanation)
-
-
-def _differs_from(reference):
-    """Make a buggy fn raise (so it is never named) on a case where it gives the right answer.
-
-    A bug that is harmless on the failing case (e.g. no rescale when the max never grows)
-    cannot explain a wrong result there; without this, a nearly right float32 answer would be
-    named after such a bug.
-    """
-
-    def wrap(mistake: Mistake) -> Mistake:
-        fn = mistake.fn
-
-        def buggy(*args):
-            theirs = fn(*args)
-            expected = reference(*args)
-            if all(
-                close(t, e, rtol=1e-10, atol=1e-10) for t, e in zip(theirs, expected, strict=True)
-            ):
-                raise _SameAsReference
-            return theirs
-
-        return replace(mistake, fn=buggy)
-
-    return wrap
-
-
-class _SameAsReference(Exception):
-    """Raised by a wrapped buggy function whose output is right on the case at hand."""
-
+_WHOLE_STREAM = (
+    "whole-stream",
+    "the whole row of scores is read at once",
+    "The exercise is the one-pass algorithm: read a block, x[..., s:s + block], fold it into the "
+    "running m and l, and move on to the next. x.max(), np.exp(x - x.max()) or "
+    "scipy.special.logsumexp(x) read the whole row at once: that is the safe softmax of section "
+    "2, and FlashAttention never holds a whole row of scores. (Taking a row first, x[r] or "
+    "`for row in x`, also reads it whole: slice each block straight from x, x[r, s:s + block].)",
+)
+_MULTI_PASS = (
+    "multi-pass",
+    "the scores are read more than once (a pass for the max, another for the sum)",
+    "Reading the blocks once for the max and again for the sum (and the values) is the "
+    "multi-pass safe softmax of sections 2 and 8. In one pass each block updates m, l (and acc) "
+    "as it arrives: when it raises the max, the old sums are multiplied by exp(m_old - m_new), so "
+    "no block is ever needed again. Read each score (and each value) exactly once.",
+)
 
 STATS_MISTAKES = [
     Mistake(*_NO_RESCALE, fn=_stats_no_rescale),
@@ -322,13 +418,55 @@ ATTENTION_MISTAKES = [
     ),
     Mistake(*_NO_MAX, fn=_att_no_max),
     Mistake(*_UNGUARDED, fn=_att_unguarded),
+    Mistake(*_UNGUARDED, fn=_att_divides_empty),
     Mistake(*_LOW, fn=_att_float32),
+]
+
+# The rules' mistakes: right values, computed the way the exercise forbids. The first of each
+# slug is the one a rule names; the others are further replays of it (for the tests).
+STATS_RULE_MISTAKES = [
+    Mistake(*_WHOLE_STREAM, fn=_stats_whole_row),
+    Mistake(*_MULTI_PASS, fn=_stats_two_pass),
+    Mistake(*_WHOLE_STREAM, fn=_stats_logsumexp),
+]
+
+ATTENTION_RULE_MISTAKES = [
+    Mistake(*_WHOLE_STREAM, fn=_att_whole_row),
+    Mistake(*_MULTI_PASS, fn=_att_three_pass),
+    Mistake(
+        "values-read-whole",
+        "the values are read all at once, not block by block with their scores",
+        "A block of keys brings its values along, and in FlashAttention both are gone after the "
+        "block: add p @ v[s:s + block] to acc (rescaled with l) in the same step as the block's "
+        "scores. Collecting the weights and multiplying them with all of v at the end reads v "
+        "as a whole.",
+        fn=_att_values_at_the_end,
+    ),
+    Mistake(*_WHOLE_STREAM, fn=_att_logsumexp),
 ]
 
 
 # ---------------------------------------------------------------------------------------------
 # Cases
 # ---------------------------------------------------------------------------------------------
+
+
+_FOCUS_RESCALE = (
+    "the rescale: when a block raises the max, the old l (and acc) are multiplied by "
+    "exp(m_old - m_new)"
+)
+_FOCUS_BLOCKS = "any block size: block = 1, and block > n (the last block may be shorter)"
+_FOCUS_HUGE = "a huge score: every exponent must be x_i - m <= 0, so nothing overflows"
+_FOCUS_MASKED = (
+    "-inf scores: a block (or row) that is all -inf keeps m = -inf and l = 0, without NaN "
+    "(use a finite stand-in for the max)"
+)
+_FOCUS_EMPTY = "an empty stream: m = -inf and l = 0, of shape x.shape[:-1]"
+_FOCUS_BATCH = "a batch of rows: the last axis is the stream, m and l have shape x.shape[:-1]"
+_FOCUS_VECTOR = "vector values: acc and out have shape v.shape[1:] = (d,)"
+_FOCUS_EMPTY_QUERY = (
+    "a query with no finite score: out = 0 (zeros of shape v.shape[1:]) and lse = -inf, no NaN"
+)
 
 
 def _random_scores(rng, shape, *, mask=True):
@@ -345,24 +483,37 @@ def _random_scores(rng, shape, *, mask=True):
 def _stats_cases(seed, trials):
     cases = [
         Case(
-            "the textbook's recall question, block 2 (block 2 does not raise the max)",
-            (RECALL_X, 2),
+            "the scores s = (2, 4, 1, 3) of further exercise 1, block 2 (block 2 does not raise "
+            "the max)",
+            (FURTHER_X, 2),
+            focus=_FOCUS_RESCALE,
         ),
         Case(
-            "the lesson's example x = ln(2, 1, 8, 4), block 2 (block 2 raises the max)",
-            (LESSON_X, 2),
+            "the example x = ln(2, 1, 8, 4) of section 4(b), block 2 (block 2 raises the max)",
+            (EXAMPLE_X, 2),
+            focus=_FOCUS_RESCALE,
         ),
-        Case("the textbook's example s = (1, 3, 2, 5), block 2", (BOOK_X, 2)),
-        Case("the lesson's example read one score at a time (block 1)", (LESSON_X, 1)),
-        Case("one block larger than the stream (block 10 > n = 4)", (BOOK_X, 10)),
-        Case("an empty stream (n = 0)", (np.zeros(0), 3)),
+        Case("the example s = (1, 3, 2, 5) of section 4(c), block 2", (LOCAL_X, 2)),
+        Case(
+            "the example x = ln(2, 1, 8, 4) read one score at a time (block 1)",
+            (EXAMPLE_X, 1),
+            focus=_FOCUS_BLOCKS,
+        ),
+        Case(
+            "one block larger than the stream (block 10 > n = 4)",
+            (LOCAL_X, 10),
+            focus=_FOCUS_BLOCKS,
+        ),
+        Case("an empty stream (n = 0)", (np.zeros(0), 3), focus=_FOCUS_EMPTY),
         Case(
             "a huge score (1000) in a ragged stream of 5, block 2",
             (np.array([0.5, -1.0, 1000.0, 3.0, 999.0]), 2),
+            focus=_FOCUS_HUGE,
         ),
         Case(
             "-inf scores, the first block all -inf, block 2",
             (np.array([NEG_INF, NEG_INF, 1.0, NEG_INF, 2.0]), 2),
+            focus=_FOCUS_MASKED,
         ),
         Case(
             "a batch of 3 rows of 7 scores, block 3 (ragged), row 1 all -inf",
@@ -376,10 +527,12 @@ def _stats_cases(seed, trials):
                 ),
                 3,
             ),
+            focus=_FOCUS_MASKED,
         ),
         Case(
             "a batch of shape (2, 3, 10), block 4: the stream is the last axis",
             (np.random.default_rng(1).standard_normal((2, 3, 10)) * 4, 4),
+            focus=_FOCUS_BATCH,
         ),
         Case(
             "40 scores in 40 blocks of 1 (many blocks)",
@@ -404,22 +557,34 @@ def _attention_cases(seed, trials):
     rng1 = np.random.default_rng(1)
     cases = [
         Case(
-            "the textbook's recall question, block 2 (block 2 does not raise the max)",
-            (RECALL_X, RECALL_V, 2),
+            "further exercise 1: s = (2, 4, 1, 3), v = (5, 15, 25, 35), block 2 (block 2 does "
+            "not raise the max)",
+            (FURTHER_X, FURTHER_V, 2),
+            focus=_FOCUS_RESCALE,
         ),
         Case(
-            "the lesson's example x = ln(2, 1, 8, 4), v = (1, 2, 3, 4), block 2",
-            (LESSON_X, LESSON_V, 2),
+            "the example of section 4(b): x = ln(2, 1, 8, 4), v = (1, 2, 3, 4), block 2",
+            (EXAMPLE_X, EXAMPLE_V, 2),
+            focus=_FOCUS_RESCALE,
         ),
         Case(
-            "the textbook's example s = (1, 3, 2, 5), v = (10, 20, 30, 40), block 2",
-            (BOOK_X, BOOK_V, 2),
+            "the example of section 4(c): s = (1, 3, 2, 5), v = (10, 20, 30, 40), block 2",
+            (LOCAL_X, LOCAL_V, 2),
         ),
-        Case("the lesson's example read one score at a time (block 1)", (LESSON_X, LESSON_V, 1)),
-        Case("one block larger than the stream (block 10 > n = 4)", (BOOK_X, BOOK_V, 10)),
+        Case(
+            "the example of section 4(b) read one score at a time (block 1)",
+            (EXAMPLE_X, EXAMPLE_V, 1),
+            focus=_FOCUS_BLOCKS,
+        ),
+        Case(
+            "one block larger than the stream (block 10 > n = 4)",
+            (LOCAL_X, LOCAL_V, 10),
+            focus=_FOCUS_BLOCKS,
+        ),
         Case(
             "vector values v of shape (5, 3), block 2 (ragged)",
             (rng1.standard_normal(5) * 2, rng1.standard_normal((5, 3)), 2),
+            focus=_FOCUS_VECTOR,
         ),
         Case(
             "a huge score (1000), values of shape (5, 2), block 2",
@@ -428,6 +593,7 @@ def _attention_cases(seed, trials):
                 np.array([[1.0, 0.0], [2.0, -1.0], [3.0, 0.5], [4.0, 2.0], [5.0, 1.0]]),
                 2,
             ),
+            focus=_FOCUS_HUGE,
         ),
         Case(
             "-inf scores, the first block all -inf, block 2",
@@ -436,12 +602,18 @@ def _attention_cases(seed, trials):
                 np.array([7.0, -7.0, 1.0, 100.0, 3.0]),
                 2,
             ),
+            focus=_FOCUS_MASKED,
         ),
         Case(
             "a row of 5 scores, all -inf (fully masked), values (5, 2), block 2",
             (np.full(5, NEG_INF), np.arange(10.0).reshape(5, 2), 2),
+            focus=_FOCUS_EMPTY_QUERY,
         ),
-        Case("an empty stream (n = 0), values of shape (0, 2)", (np.zeros(0), np.zeros((0, 2)), 3)),
+        Case(
+            "an empty stream (n = 0), values of shape (0, 2)",
+            (np.zeros(0), np.zeros((0, 2)), 3),
+            focus=_FOCUS_EMPTY_QUERY,
+        ),
         Case(
             "50 scores in 50 blocks of 1, values (50, 4)",
             (rng1.standard_normal(50) * 3, rng1.standard_normal((50, 4)), 1),
@@ -462,6 +634,77 @@ def _attention_cases(seed, trials):
 
 
 # ---------------------------------------------------------------------------------------------
+# The rule: each score once, in blocks of `block` (checked once every value is right)
+# ---------------------------------------------------------------------------------------------
+
+_RULE_N, _RULE_BLOCK = 40, 6  # a row is 7 blocks long (the last one 4 scores)
+
+
+def _stats_rule_case() -> Case:
+    x = 3.0 * np.random.default_rng(11).standard_normal((3, _RULE_N))
+    x[0, : _RULE_BLOCK + 2] = NEG_INF  # row 0: the first block all -inf
+    x[2, 17] = 800.0  # row 2: a huge score in block 3
+    return Case(
+        f"a batch of 3 rows of {_RULE_N} scores, block {_RULE_BLOCK} (7 blocks a row)",
+        (x, _RULE_BLOCK),
+    )
+
+
+def _attention_rule_case() -> Case:
+    rng = np.random.default_rng(12)
+    x = 3.0 * rng.standard_normal(_RULE_N)
+    x[: _RULE_BLOCK + 2] = NEG_INF
+    x[17] = 800.0
+    v = rng.standard_normal((_RULE_N, 3))
+    return Case(
+        f"one query with {_RULE_N} keys, values of shape ({_RULE_N}, 3), block {_RULE_BLOCK}",
+        (x, v, _RULE_BLOCK),
+    )
+
+
+def _stats_rules() -> list:
+    case = _stats_rule_case()
+    whole, multi = STATS_RULE_MISTAKES[0], STATS_RULE_MISTAKES[1]
+    return [
+        tile_rule(
+            case,
+            f"read the scores in blocks of `block` (here {_RULE_BLOCK}), never a whole row at once",
+            whole,
+            arg=0,
+            axis=1,
+            limit=_RULE_BLOCK,
+        ),
+        single_pass_rule(case, "read each score once (one pass)", multi, arg=0),
+    ]
+
+
+def _attention_rules() -> list:
+    case = _attention_rule_case()
+    whole, multi, values = ATTENTION_RULE_MISTAKES[:3]
+    block = _RULE_BLOCK
+    return [
+        tile_rule(
+            case,
+            f"read the scores in blocks of `block` (here {block}), never the whole row at once",
+            whole,
+            arg=0,
+            axis=0,
+            limit=block,
+        ),
+        single_pass_rule(case, "read each score once (one pass)", multi, arg=0),
+        tile_rule(
+            case,
+            f"read the values in blocks of `block` (here {block}) too, with their scores",
+            values,
+            arg=1,
+            axis=0,
+            limit=block,
+        ),
+        single_pass_rule(case, "read each value once", multi, arg=1),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
 # Checks
 # ---------------------------------------------------------------------------------------------
 
@@ -469,9 +712,10 @@ def _attention_cases(seed, trials):
 def check_online_softmax_stats(fn, seed: int | None = 0, trials: int = 20) -> None:
     """Check fn(x, block) -> (m, l) against course_utils.online_softmax_stats; print ✓ or raise.
 
-    Cases: the documents' examples, block 1 and block > n, an empty stream, a huge score, -inf
+    Cases: the notebook's examples, block 1 and block > n, an empty stream, a huge score, -inf
     scores, an all -inf row in a batch, a 3-D batch, then `trials` random inputs (seed=None:
-    fresh ones).
+    fresh ones). Then the rule, on a batch of 3 rows of 40 scores: each score is read once, in
+    blocks of `block`.
     """
     run_cases(
         "online_softmax_stats",
@@ -479,16 +723,19 @@ def check_online_softmax_stats(fn, seed: int | None = 0, trials: int = 20) -> No
         _stats_reference,
         _stats_cases(seed, trials),
         outputs=("m", "l"),
-        mistakes=[_differs_from(_stats_reference)(m) for m in STATS_MISTAKES],
-        summary="worked examples, any block size, huge and -inf scores, batches of rows",
+        mistakes=STATS_MISTAKES,
+        summary="worked examples, any block size, huge and -inf scores, batches of rows; "
+        "each score read once, in blocks",
+        rules=_stats_rules(),
     )
 
 
 def check_online_softmax_attention(fn, seed: int | None = 0, trials: int = 20) -> None:
     """Check fn(x, v, block) -> (o, lse) against the direct softmax average; print ✓ or raise.
 
-    Cases: the documents' examples, block 1 and block > n, vector values, a huge score, -inf
+    Cases: the notebook's examples, block 1 and block > n, vector values, a huge score, -inf
     scores, an all -inf row, an empty stream, then `trials` random inputs (seed=None: fresh).
+    Then the rule, on 40 keys: each score and each value is read once, in blocks of `block`.
     """
     run_cases(
         "online_softmax_attention",
@@ -496,8 +743,10 @@ def check_online_softmax_attention(fn, seed: int | None = 0, trials: int = 20) -
         _online_attention_reference,
         _attention_cases(seed, trials),
         outputs=("o", "lse"),
-        mistakes=[_differs_from(_online_attention_reference)(m) for m in ATTENTION_MISTAKES],
-        summary="worked examples, scalar and vector values, huge and -inf scores, masked rows",
+        mistakes=ATTENTION_MISTAKES,
+        summary="worked examples, scalar and vector values, huge and -inf scores, masked rows; "
+        "scores and values read once, in blocks",
+        rules=_attention_rules(),
     )
 
 
@@ -505,51 +754,66 @@ def check_online_softmax_attention(fn, seed: int | None = 0, trials: int = 20) -
 # Quick checks (the expected numbers are computed here, not written in the notebook)
 # ---------------------------------------------------------------------------------------------
 
-# Check yourself 1: state m = 3, l = 2, acc = 5; a block with scores (5, 3) and values (1, 0).
-_CY_M, _CY_L, _CY_ACC = 3.0, 2.0, 5.0
-_CY_X, _CY_V = np.array([5.0, 3.0]), np.array([1.0, 0.0])
+# Quick checks 2 and 3: state m = 3, l = 2, acc = 5; a block with scores (5, 3), values (1, 0).
+_QC_M, _QC_L, _QC_ACC = 3.0, 2.0, 5.0
+_QC_X, _QC_V = frozen(np.array([5.0, 3.0]), np.array([1.0, 0.0]))
 
 
-def _check_yourself_state():
-    m_new = max(_CY_M, _CY_X.max())
-    factor = np.exp(_CY_M - m_new)
-    p = np.exp(_CY_X - m_new)
-    return factor * _CY_L + p.sum(), factor * _CY_ACC + p @ _CY_V
-
-
-def _near(a, b):
-    try:
-        return abs(float(a) - b) <= 5e-3 * abs(b)
-    except (TypeError, ValueError):
-        return False
+def _quick_state():
+    m_new = max(_QC_M, _QC_X.max())
+    factor = np.exp(_QC_M - m_new)
+    p = np.exp(_QC_X - m_new)
+    return factor * _QC_L + p.sum(), factor * _QC_ACC + p @ _QC_V
 
 
 def check_quick_rescale(answer) -> None:
-    """Quick check: the factor for the old l and acc when the max goes from 3 to 5."""
-    expected = np.exp(3.0 - 5.0)
-    hint = "the factor is exp(m_old - m_new); it is at most 1, since the old terms must shrink."
-    if _near(answer, np.exp(5.0 - 3.0)):
-        hint = "that is exp(m_new - m_old) = e^2; the old terms must shrink, so the factor is <= 1."
-    check_answer("rescale factor", answer, expected, rtol=5e-3, hint=hint)
+    """Quick check 1: the factor for the old l and acc when the max goes from 3 to 5."""
+    hinted_answer(
+        "rescale factor",
+        answer,
+        np.exp(3.0 - 5.0),
+        [
+            (
+                np.exp(5.0 - 3.0),
+                "that is exp(m_new - m_old) = e^2; the old terms must shrink, so the factor "
+                "is <= 1.",
+            )
+        ],
+        "the factor is exp(m_old - m_new); it is at most 1, since the old terms must shrink.",
+        rtol=5e-3,
+    )
 
 
 def check_quick_new_l(answer) -> None:
-    """Quick check (check yourself 1): the new l after the block (5, 3)."""
-    l_new, _ = _check_yourself_state()
-    hint = "rescale the old l = 2 by exp(3 - 5), then add exp(x_i - 5) for the two new scores."
-    if _near(answer, _CY_L + np.exp(0.0) + np.exp(-2.0)):
-        hint = "you added the new terms to the old l = 2 without rescaling it by exp(3 - 5)."
-    check_answer("new l", answer, l_new, rtol=5e-3, hint=hint)
+    """Quick check 2: the new l after the block (5, 3)."""
+    l_new, _ = _quick_state()
+    hinted_answer(
+        "new l",
+        answer,
+        l_new,
+        [
+            (
+                _QC_L + np.exp(0.0) + np.exp(-2.0),
+                "you added the new terms to the old l = 2 without rescaling it by exp(3 - 5).",
+            )
+        ],
+        "rescale the old l = 2 by exp(3 - 5), then add exp(x_i - 5) for the two new scores.",
+        rtol=5e-3,
+    )
 
 
 def check_quick_output(answer) -> None:
-    """Quick check (check yourself 1): the output so far, acc / l, after the block (5, 3)."""
-    l_new, acc_new = _check_yourself_state()
-    hint = "compute acc the same way as l (old acc = 5 times the factor, plus exp(x_i - 5) v_i)."
-    if _near(answer, acc_new):
-        hint = "that is the new acc; the output so far is acc / l."
-    elif _near(answer, l_new):
-        hint = "that is the new l; the output so far is acc / l."
-    elif _near(answer, (_CY_ACC + 1.0) / l_new):
-        hint = "acc needs the rescale factor exp(3 - 5) too, not only l."
-    check_answer("output acc / l", answer, acc_new / l_new, rtol=5e-3, hint=hint)
+    """Quick check 3: the output so far, acc / l, after the block (5, 3)."""
+    l_new, acc_new = _quick_state()
+    hinted_answer(
+        "output acc / l",
+        answer,
+        acc_new / l_new,
+        [
+            (acc_new, "that is the new acc; the output so far is acc / l."),
+            (l_new, "that is the new l; the output so far is acc / l."),
+            ((_QC_ACC + 1.0) / l_new, "acc needs the rescale factor exp(3 - 5) too, not only l."),
+        ],
+        "compute acc the same way as l (old acc = 5 times the factor, plus exp(x_i - 5) v_i).",
+        rtol=5e-3,
+    )

@@ -7,9 +7,20 @@ in its own thread block, and merges the partials with the lse merge:
 
     lse = log sum_s e^lse_s,    o = sum_s e^(lse_s - lse) o_s.
 
-Each check runs the learner's function on cases ordered from the lesson's hand example to random
-inputs, compares with course_utils (split_kv_partials, attention_reference, the SM-fill model)
-and, on a mismatch, names the misconception whose buggy implementation reproduces the output.
+Each check runs the learner's function on cases ordered from the notebook's worked example to
+random inputs, compares with course_utils (split_kv_partials, attention_reference, the SM-fill
+model) and, on a mismatch, names the misconception whose buggy implementation reproduces the
+output. The cases reach the edges the notebook allows: empty chunks, more chunks than keys, one
+key, and scores of several hundred (+-800, chunks whose lse are 1000 apart), where e^lse
+overflows and only a merge that stays in the log domain is right.
+
+Two rules hold once every value is right (the notebook states them):
+
+    split_kv_partials   one chunk is one thread block's whole job: K and V are read chunk by
+                        chunk (traced inputs: no read spans more than ceil(Nk / k) rows);
+    split_kv_decode     the decode is made of the learner's own split_kv_partials, called with
+                        the decode's num_splits (a spy), and of the merge: it too reads K and V
+                        only chunk by chunk, so a plain softmax over all the keys is refused.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from .. import attention_reference
 from .. import split_kv_partials as _reference_partials
 from ..roofline import H100_SXM
 from ..widgets.sm_fill import sm_fill_state
-from ._core import NAN_MISTAKE, Case, Mistake, check_answer, run_cases
+from ._core import NAN_MISTAKE, Case, Mistake, Rule, hinted_answer, run_cases
 
 NEG_INF = -np.inf
 LN = np.log
@@ -35,13 +46,16 @@ NUM_SMS = H100_SXM.num_sms  # 132
 # ---------------------------------------------------------------------------------------------
 
 
-def _chunk_stats(q, k_s, v_s, *, scale=True, lse_rule="right", empty="zero", normalize=True):
+def _chunk_stats(
+    q, k_s, v_s, *, scale=True, lse_rule="right", empty="zero", normalize=True, shift=True
+):
     """(o, lse) of one query (d,) over one chunk of keys (c, d) and values (c, dv).
 
     lse_rule: "right" (m + ln l), "log2" (m + log2 l), "max" (m alone).
     empty: how a chunk without keys is returned: "zero" (o = 0, lse = -inf, right),
         "nan" (o = 0/0, the unguarded division), "lse0" (o = 0, lse = 0: mass 1).
     normalize: False returns the unnormalized acc = sum_j e^(s_j - m) v_j instead of acc / l.
+    shift: False skips the max subtraction: p = e^s, which overflows for scores above 709.
     """
     dv = v_s.shape[1]
     if len(k_s) == 0:
@@ -50,7 +64,7 @@ def _chunk_stats(q, k_s, v_s, *, scale=True, lse_rule="right", empty="zero", nor
         return np.zeros(dv), (0.0 if empty == "lse0" else NEG_INF)
     tau = 1 / np.sqrt(q.shape[0]) if scale else 1.0
     s = tau * (k_s @ q)  # (c,)
-    m = s.max()
+    m = s.max() if shift else 0.0
     p = np.exp(s - m)
     l = p.sum()
     acc = p @ v_s  # (dv,)
@@ -171,6 +185,31 @@ def _skip_first(out_partial, lse_partial):
     return _merge_all(out_partial[1:], lse_partial[1:])
 
 
+def _exp_weights(out_partial, lse_partial):
+    """Weights e^lse_s / sum e^lse_s, computed as written: inf / inf for an lse above 709."""
+    mass = np.exp(lse_partial)
+    total = mass.sum()
+    return (mass / total) @ out_partial, float(np.log(total))
+
+
+def _ratio_merge(out_partial, lse_partial):
+    """Chunk after chunk with the ratio r = e^(lse_s - lse): o = (o + r o_s) / (1 + r).
+
+    Right on paper; e^(lse_s - lse) is inf when a later chunk's lse is 710 or more above what
+    was merged so far, and (o + inf) / inf is NaN.
+    """
+    o, lse = out_partial[0], lse_partial[0]
+    for o_s, lse_s in zip(out_partial[1:], lse_partial[1:], strict=True):
+        if lse_s == NEG_INF:
+            continue
+        if lse == NEG_INF:
+            o, lse = o_s, lse_s
+            continue
+        r = np.exp(lse_s - lse)
+        o, lse = (o + r * o_s) / (1 + r), lse + np.log1p(r)
+    return o, float(lse)
+
+
 def _only_if_wrong(fn, reference):
     """fn, refusing (by raising) the inputs where it agrees with the reference.
 
@@ -278,6 +317,22 @@ _SKIPS = (
     "lse = -inf, the merge's identity) and merge each remaining chunk in turn: "
     "for s in range(1, num_splits).",
 )
+_NO_SHIFT = (
+    "no-max-subtraction",
+    "the chunk's softmax without subtracting its max: e^x overflows or underflows",
+    "e^x is inf once x > 709 (in float64) and 0 below -745, so with scores of several hundred "
+    "p = np.exp(x) gives inf / inf or 0 / 0 = NaN. Subtract the chunk's max first: "
+    "m = x.max(), p = np.exp(x - m) (every p in (0, 1]), lse_s = m + np.log(p.sum()).",
+)
+_OVERFLOW = (
+    "weights-overflow",
+    "the merge's weights computed from e^lse_s (or a ratio e^(lse_s - lse)) that overflows",
+    "e^lse_s / sum_t e^lse_t is right on paper, but e^lse is inf for an lse above 709 and 0 "
+    "below -745 (scores of several hundred), and inf / inf or 0 / 0 is NaN; so is a ratio "
+    "r = e^(lse_s - lse) when one chunk's lse is 1000 above the others'. Stay in the log domain: "
+    "lse = np.logaddexp.reduce(lse_partial), weights np.exp(lse_partial - lse), each at most 1 "
+    "(or merge_partials, which does the same for two partials).",
+)
 
 
 def _mistakes(specs, reference) -> list[Mistake]:
@@ -308,6 +363,7 @@ PARTIALS_MISTAKES: list[Mistake] = _mistakes(
         (_BASE2, [_buggy_partials(lse_rule="log2")]),
         (_M_NOT_LSE, [_buggy_partials(lse_rule="max")]),
         (_UNNORMALIZED, [_buggy_partials(normalize=False)]),
+        (_NO_SHIFT, [_buggy_partials(shift=False)]),
     ],
     _partials_reference,
 )
@@ -345,6 +401,10 @@ DECODE_MISTAKES: list[Mistake] = _mistakes(
         (_LSE_MAX, [_buggy_decode(merge=_lse_max)]),
         (_SKIPS, [_buggy_decode(merge=_skip_last), _buggy_decode(merge=_skip_first)]),
         (_NAN, [_buggy_decode(_buggy_partials(empty="nan"))]),
+        # before no-max-subtraction: where both give NaN, the merge is the likelier culprit;
+        # a case comes first on which only the unsafe chunk softmax fails (see _split_cases)
+        (_OVERFLOW, [_buggy_decode(merge=_exp_weights), _buggy_decode(merge=_ratio_merge)]),
+        (_NO_SHIFT, [_buggy_decode(_buggy_partials(shift=False))]),
     ],
     _decode_reference,
 )
@@ -363,9 +423,29 @@ def _lesson_qkv():
     return q, K, V
 
 
+def _scores_qkv(scores):
+    """One query (d = 1, tau = 1) whose scores are exactly `scores`, values 1, 2, 3, ..."""
+    n = len(scores)
+    return (
+        np.array([1.0]),
+        np.array(scores, dtype=np.float64)[:, None],
+        np.arange(1.0, n + 1)[:, None],
+    )
+
+
 def _random_qkv(rng, nk: int, d: int, dv: int, sharpness: float = 1.0):
     q = sharpness * rng.normal(size=d)
     return q, rng.normal(size=(nk, d)), rng.normal(size=(nk, dv))
+
+
+_EXAMPLE = "the worked example (a) of section 4: scores (ln 2, 0, ln 8, ln 4), values 1..4"
+_FOCUS_CHUNKS = "the chunk boundaries: chunk s is keys s * c .. (s + 1) * c - 1, c = ceil(Nk / k)"
+_FOCUS_EMPTY = "empty chunks: o_s = 0 and lse_s = -inf for a chunk that holds no key"
+_FOCUS_PARTIAL = "one chunk's partial: o_s, its softmax average, and lse_s = m + log(l)"
+_FOCUS_SAFE = (
+    "a safe softmax per chunk (subtract its max) and a merge in the log domain, for scores of "
+    "several hundred where e^x overflows or underflows"
+)
 
 
 def _split_cases(seed, trials: int) -> list[Case]:
@@ -376,47 +456,162 @@ def _split_cases(seed, trials: int) -> list[Case]:
     q37, K37, V37 = _random_qkv(fixed, 37, 8, 5, sharpness=3.0)
     q5, K5, V5 = _random_qkv(fixed, 5, 3, 2, sharpness=2.0)
     cases = [
+        Case(f"{_EXAMPLE}, k = 2 chunks of 2", (q, K, V, 2), focus=_FOCUS_PARTIAL),
+        Case(f"{_EXAMPLE}, k = 1 (one chunk: the whole cache)", (q, K, V, 1), focus=_FOCUS_PARTIAL),
         Case(
-            "the lesson's example: scores (ln 2, 0, ln 8, ln 4), values 1..4, k = 2 chunks of 2",
-            (q, K, V, 2),
-        ),
-        Case("the lesson's example, k = 1 (one chunk: the whole cache)", (q, K, V, 1)),
-        Case(
-            "the lesson's example, k = 3: chunks of ceil(4/3) = 2, 2 and 0 keys (one empty)",
+            f"{_EXAMPLE}, k = 3: chunks of ceil(4/3) = 2, 2 and 0 keys (one empty)",
             (q, K, V, 3),
+            focus=_FOCUS_EMPTY,
         ),
         Case(
-            "the lesson's example, k = 6 > 4 keys: four chunks of 1 key, two empty",
+            f"{_EXAMPLE}, k = 6 > 4 keys: four chunks of 1 key, two empty",
             (q, K, V, 6),
+            focus=_FOCUS_EMPTY,
         ),
-        Case("one key, d = 4, k = 3: one chunk of 1 key, two empty", (q1, K1, V1, 3)),
-        Case("5 keys, d = 3, k = 2: chunks of 3 and 2 keys (ragged)", (q5, K5, V5, 2)),
-        Case("10 keys, d = 4, k = 4: chunks of 3, 3, 3, 1 keys (ragged)", (q10, K10, V10, 4)),
-        Case("37 keys, d = 8, k = 5: chunks of 8, 8, 8, 8, 5 keys", (q37, K37, V37, 5)),
-        Case("37 keys, d = 8, k = 37: one key per chunk", (q37, K37, V37, 37)),
-    ]
+        Case("one key, d = 4, k = 1", (q1, K1, V1, 1), focus=_FOCUS_PARTIAL),
+        Case("one key, d = 4, k = 3: one chunk of 1 key, two empty", (q1, K1, V1, 3),
+             focus=_FOCUS_EMPTY),
+        Case("5 keys, d = 3, k = 2: chunks of 3 and 2 keys (ragged)", (q5, K5, V5, 2),
+             focus=_FOCUS_CHUNKS),
+        Case("10 keys, d = 4, k = 4: chunks of 3, 3, 3, 1 keys (ragged)", (q10, K10, V10, 4),
+             focus=_FOCUS_CHUNKS),
+        Case("37 keys, d = 8, k = 5: chunks of 8, 8, 8, 8, 5 keys", (q37, K37, V37, 5),
+             focus=_FOCUS_CHUNKS),
+        Case("37 keys, d = 8, k = 37: one key per chunk", (q37, K37, V37, 37),
+             focus=_FOCUS_CHUNKS),
+        # scores of several hundred. The first one is where an unsafe chunk softmax fails
+        # (e^-800 = 0, so 0 / 0) while a merge with e^lse weights is still right: the two are
+        # told apart (on the later ones both give NaN).
+        Case(
+            "scores (3, 1, -800, -805), values 1..4, k = 2: in the second chunk every e^x is 0",
+            (*_scores_qkv([3.0, 1.0, -800.0, -805.0]), 2),
+            focus=_FOCUS_SAFE,
+        ),
+        Case(
+            "scores (800, 795, 803, 790, 806), values 1..5, k = 2 chunks of 3 and 2: e^800 = inf",
+            (*_scores_qkv([800.0, 795.0, 803.0, 790.0, 806.0]), 2),
+            focus=_FOCUS_SAFE,
+        ),
+        Case(
+            "scores (0, 1, 1000, 999), values 1..4, k = 2: the two chunks' lse are 999 apart",
+            (*_scores_qkv([0.0, 1.0, 1000.0, 999.0]), 2),
+            focus=_FOCUS_SAFE,
+        ),
+        Case(
+            "scores (-800, -805, -798, -810), values 1..4, k = 3 (chunks of 2, 2, 0): "
+            "every e^lse_s is 0",
+            (*_scores_qkv([-800.0, -805.0, -798.0, -810.0]), 3),
+            focus=_FOCUS_SAFE,
+        ),
+    ]  # fmt: skip
     rng = np.random.default_rng(seed)
     for t in range(trials):
         nk = int(rng.integers(1, 65))
         k = int(rng.choice([rng.integers(1, 9), rng.integers(1, nk + 1), rng.integers(nk, nk + 6)]))
         d, dv = int(rng.integers(1, 9)), int(rng.integers(1, 6))
-        sharpness = float(rng.choice([1.0, 3.0, 10.0]))  # flat and sharp softmaxes
+        sharpness = float(rng.choice([1.0, 3.0, 10.0, 400.0]))  # flat, sharp, several hundred
         chunk = -(-nk // k)
         label = (
             f"random case {t + 1}: {nk} keys, d = {d}, dv = {dv}, k = {k} "
             f"(chunks of {chunk}, {sum(1 for s in range(k) if s * chunk >= nk)} empty)"
         )
-        cases.append(Case(label, (*_random_qkv(rng, nk, d, dv, sharpness), k)))
+        focus = _FOCUS_SAFE if sharpness > 100 else _FOCUS_CHUNKS
+        cases.append(Case(label, (*_random_qkv(rng, nk, d, dv, sharpness), k), focus=focus))
     return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules: chunk by chunk, and the decode made of the learner's own partials
+# ---------------------------------------------------------------------------------------------
+
+_WHOLE_CACHE = Mistake(
+    "reads-whole-cache",
+    "the keys or values read all at once, not chunk by chunk",
+    "Each chunk is one thread block's whole job: block s reads only its own keys and values, "
+    "K[s * c : (s + 1) * c] and V[s * c : (s + 1) * c], and computes its partial from them. "
+    "Computing the scores of the whole cache at once (K @ q, or a softmax over all the keys) is "
+    "what split-KV avoids: slice the chunk first, then compute with the slice.",
+    fn=lambda *a, **k: None,
+)
+_NOT_SPLIT = Mistake(
+    "decode-not-split",
+    "the decode does not compute its partials with your split_kv_partials",
+    "split_kv_decode is the two kernels of section 3: first call your own "
+    "split_kv_partials(q, K, V, num_splits), with the num_splits the decode is given, then merge "
+    "the num_splits partials it returns (merge_partials chunk after chunk, or the weights "
+    "e^(lse_s - lse) all at once). A softmax over all the keys, or one chunk of everything, "
+    "gives the right numbers without the algorithm.",
+    fn=lambda *a, **k: None,
+)
+
+
+def _rule_case() -> Case:
+    """50 keys in k = 4 chunks of 13, 13, 13 and 11: a read of the whole cache is 50 rows."""
+    rng = np.random.default_rng(5)
+    return Case(
+        "50 keys, d = 8, dv = 4, k = 4: chunks of 13, 13, 13 and 11 keys",
+        (*_random_qkv(rng, 50, 8, 4, sharpness=2.0), 4),
+    )
+
+
+def _chunk_reads_rule(case: Case, what: str) -> Rule:
+    """No read of K (argument 1) or V (argument 2) spans more than one chunk of rows."""
+    nk, k = len(case.args[1]), case.args[3]
+    chunk = -(-nk // k)
+
+    def judge(report, case):
+        for arg in (1, 2):
+            name = report.traced[arg]
+            widest = report.loads[name].widest(0)
+            if widest > chunk:
+                return _WHOLE_CACHE, (
+                    f"one read of `{name}` spans {widest} of its {nk} rows; a chunk is "
+                    f"ceil({nk} / {k}) = {chunk} rows"
+                )
+        return None
+
+    return Rule(case, judge, what, trace=(1, 2))
+
+
+def _num_splits_of(call) -> object:
+    args, kwargs = call
+    if len(args) >= 4:
+        return args[3]
+    return kwargs.get("num_splits")
+
+
+def _own_partials_rule(case: Case) -> Rule:
+    """split_kv_decode calls the learner's split_kv_partials with the case's num_splits."""
+    k = case.args[3]
+
+    def judge(report, case):
+        calls = report.calls.get("split_kv_partials", [])
+        if any(_num_splits_of(c) == k for c in calls):
+            return None
+        if not calls:
+            return _NOT_SPLIT, "your split_kv_decode never calls split_kv_partials"
+        used = ", ".join(sorted({str(_num_splits_of(c)) for c in calls}))
+        return _NOT_SPLIT, (
+            f"your split_kv_decode calls split_kv_partials with num_splits = {used}, not the "
+            f"num_splits = {k} it is given"
+        )
+
+    return Rule(
+        case,
+        judge,
+        "compute the partials with your split_kv_partials, then merge them",
+        spy=("split_kv_partials",),
+    )
 
 
 def check_split_kv_partials(fn, seed: int | None = 0, trials: int = 20) -> None:
     """Check split_kv_partials(q, K, V, num_splits) -> (out_partial, lse_partial).
 
     q (d,), K (Nk, d), V (Nk, dv); out_partial (num_splits, dv), lse_partial (num_splits,),
-    compared with course_utils.split_kv_partials. Cases: the lesson's example with k = 2, 1, 3, 6
-    (empty chunks), one key, ragged chunks, one key per chunk, then `trials` random cases
-    (seed=None: fresh ones).
+    compared with course_utils.split_kv_partials. Cases: the worked example of section 4 with
+    k = 2, 1, 3, 6 (empty chunks), one key, ragged chunks, one key per chunk, scores of several
+    hundred, then `trials` random cases (seed=None: fresh ones). Rule: K and V are read chunk by
+    chunk (no read spans more than ceil(Nk / k) rows).
     """
     run_cases(
         "split_kv_partials",
@@ -425,7 +620,9 @@ def check_split_kv_partials(fn, seed: int | None = 0, trials: int = 20) -> None:
         _split_cases(seed, trials),
         outputs=("out_partial", "lse_partial"),
         mistakes=PARTIALS_MISTAKES,
-        summary="ragged last chunks, empty chunks, k from 1 to more than Nk",
+        summary="ragged last chunks, empty chunks, k from 1 to more than Nk, scores of +-800; "
+        "K and V read chunk by chunk",
+        rules=[_chunk_reads_rule(_rule_case(), "one chunk is one thread block's whole job")],
     )
 
 
@@ -433,8 +630,11 @@ def check_split_kv_decode(fn, seed: int | None = 0, trials: int = 20) -> None:
     """Check split_kv_decode(q, K, V, num_splits) -> (o, lse) against full attention.
 
     o (dv,) and lse () must equal cu.attention_reference over all the keys, for every number of
-    chunks. The learner may call merge_partials (their own, or cu.merge_partials).
+    chunks, also for scores of several hundred (chunks whose lse are 1000 apart). Rules: the
+    decode calls the learner's own split_kv_partials with its num_splits, and reads K and V only
+    chunk by chunk. The learner may call merge_partials (their own, or cu.merge_partials).
     """
+    case = _rule_case()
     run_cases(
         "split_kv_decode",
         fn,
@@ -442,8 +642,13 @@ def check_split_kv_decode(fn, seed: int | None = 0, trials: int = 20) -> None:
         _split_cases(seed, trials),
         outputs=("o", "lse"),
         mistakes=DECODE_MISTAKES,
-        summary="k = 1, k > Nk, ragged and empty chunks, against full attention",
+        summary="k = 1, k > Nk, ragged and empty chunks, scores of +-800, against full "
+        "attention; made of your split_kv_partials",
         allow=("merge_partials",),
+        rules=[
+            _own_partials_rule(case),
+            _chunk_reads_rule(case, "the decode reads the KV cache chunk by chunk"),
+        ],
     )
 
 
@@ -538,17 +743,24 @@ GRID_MISTAKES: list[Mistake] = _mistakes(
 
 
 def _grid_cases(seed, trials: int) -> list[Case]:
+    blocks = "blocks: one thread block per (sequence, head, chunk)"
+    busy = "busy_sms: the SMs with a block in the first wave, at most num_sms"
+    waves = "waves: ceil(blocks / num_sms), a partly filled last wave included"
     cases = [
-        Case("the lesson: batch 1, 32 heads, no split (k = 1)", (1, 32, 1)),
-        Case("check yourself 5: batch 4, 16 heads, no split", (4, 16, 1)),
-        Case("check yourself 5: batch 4, 16 heads, 8 chunks", (4, 16, 8)),
-        Case("batch 1, 32 heads, 4 chunks: 128 blocks, 4 SMs idle", (1, 32, 4)),
-        Case("batch 1, 32 heads, 5 chunks: 160 blocks, a second wave of 28", (1, 32, 5)),
-        Case("batch 1, 12 heads, 11 chunks: exactly 132 blocks", (1, 12, 11)),
-        Case("batch 64, 32 heads, no split: a large batch", (64, 32, 1)),
-        Case("an A100 (108 SMs): batch 2, 16 heads, 4 chunks", (2, 16, 4), {"num_sms": 108}),
-        Case("a GPU with 10 SMs: batch 3, 1 head, 3 chunks", (3, 1, 3), {"num_sms": 10}),
-    ]
+        Case("section 2's decode step: batch 1, 32 heads, no split (k = 1)", (1, 32, 1),
+             focus=busy),
+        Case("quick check 1: batch 4, 16 heads, no split", (4, 16, 1), focus=blocks),
+        Case("quick check 2: batch 4, 16 heads, 8 chunks", (4, 16, 8), focus=waves),
+        Case("batch 1, 32 heads, 4 chunks: 128 blocks, 4 SMs idle", (1, 32, 4), focus=busy),
+        Case("batch 1, 32 heads, 5 chunks: 160 blocks, a second wave of 28", (1, 32, 5),
+             focus=waves),
+        Case("batch 1, 12 heads, 11 chunks: exactly 132 blocks", (1, 12, 11), focus=waves),
+        Case("batch 64, 32 heads, no split: a large batch", (64, 32, 1), focus=blocks),
+        Case("an A100 (108 SMs): batch 2, 16 heads, 4 chunks", (2, 16, 4), {"num_sms": 108},
+             focus=busy),
+        Case("a GPU with 10 SMs: batch 3, 1 head, 3 chunks", (3, 1, 3), {"num_sms": 10},
+             focus=waves),
+    ]  # fmt: skip
     rng = np.random.default_rng(seed)
     for t in range(trials):
         batch = int(rng.choice([1, 2, 4, 8, 16, 64, int(rng.integers(1, 100))]))
@@ -560,6 +772,7 @@ def _grid_cases(seed, trials: int) -> list[Case]:
                 f"random case {t + 1}: batch {batch}, {heads} heads, {k} chunks, {sms} SMs",
                 (batch, heads, k),
                 {"num_sms": sms},
+                focus=f"{blocks}; {busy}; {waves}",
             )
         )
     return cases
@@ -578,7 +791,7 @@ def check_decode_grid(fn, seed: int | None = 0, trials: int = 20) -> None:
         _grid_cases(seed, trials),
         outputs=("blocks", "busy_sms", "waves"),
         mistakes=GRID_MISTAKES,
-        summary="the lesson's cases, a full wave, a large batch, other SM counts",
+        summary="the notebook's cases, a full wave, a large batch, other SM counts",
         low_precision_below=None,
     )
 
@@ -588,41 +801,41 @@ def check_decode_grid(fn, seed: int | None = 0, trials: int = 20) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _near(answer, value) -> bool:
-    """True when a quick-check answer is a number within 0.1% of value (False otherwise)."""
-    try:
-        return bool(np.ndim(answer) == 0 and np.isclose(float(answer), value, rtol=1e-3))
-    except (TypeError, ValueError):
-        return False
-
-
 def check_quick_blocks_no_split(answer) -> None:
-    """Check yourself 5: thread blocks at decode for batch 4, 16 heads, without split-KV."""
+    """Quick check 1: thread blocks at decode for batch 4, 16 heads, without split-KV."""
     expected = 4 * 16
-    hint = "one thread block per (sequence, head): the query tiles are a single query each"
-    if _near(answer, expected * 8):
-        hint = "that is with 8 chunks; without split-KV there is one chunk per sequence and head"
-    elif _near(answer, NUM_SMS):
-        hint = "that is the number of SMs, not the number of blocks the grid launches"
-    elif _near(answer, expected / NUM_SMS):
-        hint = "that is the fraction of SMs that work; the question asks for blocks"
-    check_answer("thread blocks without split", answer, expected, hint=hint)
+    hinted_answer(
+        "thread blocks without split",
+        answer,
+        expected,
+        [
+            (expected * 8, "that is with 8 chunks; without split-KV there is one chunk per "
+             "sequence and head"),
+            (NUM_SMS, "that is the number of SMs, not the number of blocks the grid launches"),
+            (expected / NUM_SMS, "that is the fraction of SMs that work; the question asks for "
+             "blocks"),
+        ],
+        "one thread block per (sequence, head): the query tiles are a single query each",
+    )  # fmt: skip
 
 
 def check_quick_blocks_split(answer) -> None:
-    """Check yourself 5: thread blocks at decode for batch 4, 16 heads, 8 chunks."""
+    """Quick check 2: thread blocks at decode for batch 4, 16 heads, 8 chunks."""
     expected = 4 * 16 * 8
-    hint = "each (sequence, head, chunk) triple gets its own thread block"
-    if _near(answer, 4 * 16):
-        hint = "that is without split-KV; count the 8 chunks too [misconception: ignores-splits]"
-    elif _near(answer, NUM_SMS):
-        hint = (
-            "at most 132 run at the same time, but the grid launches more blocks "
-            "[misconception: busy-exceeds-sms]"
-        )
-    elif _near(answer, math.ceil(expected / NUM_SMS)):
-        hint = "that is the number of waves; the question asks for blocks"
-    check_answer("thread blocks with 8 chunks", answer, expected, hint=hint)
+    hinted_answer(
+        "thread blocks with 8 chunks",
+        answer,
+        expected,
+        [
+            (4 * 16, "that is without split-KV; count the 8 chunks too "
+             "[misconception: ignores-splits]"),
+            (NUM_SMS, "at most 132 run at the same time, but the grid launches more blocks "
+             "[misconception: busy-exceeds-sms]"),
+            (math.ceil(expected / NUM_SMS), "that is the number of waves; the question asks for "
+             "blocks"),
+        ],
+        "each (sequence, head, chunk) triple gets its own thread block",
+    )  # fmt: skip
 
 
 QUICK_MERGE_PARTIALS = ((2.0, LN(1.0)), (6.0, LN(3.0)), (0.0, NEG_INF))
@@ -630,37 +843,29 @@ QUICK_MERGE_PARTIALS = ((2.0, LN(1.0)), (6.0, LN(3.0)), (0.0, NEG_INF))
 
 
 def check_quick_chunk_merge(answer) -> None:
-    """Quick check: merge (2, ln 1), (6, ln 3) and an empty chunk (0, -inf): the merged o."""
+    """Quick check 3: merge (2, ln 1), (6, ln 3) and an empty chunk (0, -inf): the merged o."""
     o_s = np.array([p[0] for p in QUICK_MERGE_PARTIALS])
     lse_s = np.array([p[1] for p in QUICK_MERGE_PARTIALS])
     expected, _ = _merge_all(o_s[:, None], lse_s)
     expected = float(expected[0])  # 1/4 * 2 + 3/4 * 6 = 5
     mass = np.exp(lse_s)
-    known = [
-        (
-            o_s.mean(),
-            "that is the plain average of the three chunks [misconception: plain-average]",
-        ),
-        (
-            o_s[:2].mean(),
-            "that is the plain average of the two non-empty chunks; weight each by its share "
-            "of the mass [misconception: plain-average]",
-        ),
-        (o_s.sum(), "that adds the chunks' averages [misconception: normalize-then-add]"),
-        (
-            expected * (1 - 1 / 3),
-            "the empty chunk got a share 1/3 of the weight; its weight is e^-inf = 0 "
-            "[misconception: empty-chunk-weight]",
-        ),
-        (
-            (mass[:2] @ o_s[:2]) / (mass[:2].sum() + 1.0),
-            "the empty chunk's mass is e^-inf = 0, not e^0 = 1 [misconception: empty-chunk-weight]",
-        ),
-        (mass @ o_s, "divide by the total mass e^lse_0 + e^lse_1 + e^lse_2 = 4"),
-    ]
-    hint = "each chunk's weight is its mass e^lse_s over the total mass; the empty chunk has 0"
-    for value, text in known:
-        if _near(answer, value):
-            hint = text
-            break
-    check_answer("merged o", answer, expected, hint=hint)
+    # the plain average of the two non-empty chunks and an empty chunk of mass e^0 = 1 both give
+    # (2 + 6) / 2 = (1 * 2 + 3 * 6) / 5 = 4: one value, one hint that names both
+    assert np.isclose(o_s[:2].mean(), (mass[:2] @ o_s[:2]) / (mass[:2].sum() + 1.0))
+    hinted_answer(
+        "merged o",
+        answer,
+        expected,
+        [
+            (o_s.mean(), "that is the plain average of the three chunks "
+             "[misconception: plain-average]"),
+            (o_s[:2].mean(), "that is the plain average of the two non-empty chunks (and also "
+             "what an empty chunk of mass e^0 = 1 gives); weight each chunk by its share of the "
+             "mass, the empty one by 0 [misconception: plain-average]"),
+            (o_s.sum(), "that adds the chunks' averages [misconception: normalize-then-add]"),
+            (expected * (1 - 1 / 3), "the empty chunk got a share 1/3 of the weight; its weight "
+             "is e^-inf = 0 [misconception: empty-chunk-weight]"),
+            (mass @ o_s, "divide by the total mass e^lse_0 + e^lse_1 + e^lse_2 = 4"),
+        ],
+        "each chunk's weight is its mass e^lse_s over the total mass; the empty chunk has 0",
+    )  # fmt: skip

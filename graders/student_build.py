@@ -1,0 +1,139 @@
+"""The course package as a graded notebook's kernel sees it: every answer taken out.
+
+While a submission is graded, its kernel imports a copy of course_utils in which every function
+that computes an exercise's answer (the references, the figures' helpers, the checks' own cases,
+replays and private helpers, the Triton kernels) is a stub that raises ReferenceUnavailable, and
+whose source is not there to read (no `inspect.getsource` then `exec`). What a learner's code may
+use stays whole: the instrumentation the grader talks to (checks._core, _wire, _remote), input
+validation, the CountingMemory of notebook 04, the KeyParts of notebook 02, the hardware facts of
+the roofline module and the Triton skeleton of notebook 06. Names stay importable, so a notebook's
+imports work and only a call into an answer fails, named `calls-reference` by the check.
+
+    build(dest) -> dest/course_utils
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "course_utils"
+
+# Modules copied whole: no answer in them.
+WHOLE = {
+    "__init__.py",
+    "_validate.py",
+    "checks/__init__.py",
+    "checks/_core.py",
+    "checks/_wire.py",
+    "checks/_remote.py",
+    "triton_attention/__init__.py",
+    "triton_attention/learner.py",
+    "widgets/__init__.py",
+}
+# Modules of which only these top-level names (and what they use) are kept; every other name
+# becomes a stub. A module not listed here or in WHOLE keeps no name.
+KEEP = {
+    "memory.py": {
+        "CountingMemory",
+        "OnChipMemoryError",
+        "ThreadBlockError",
+        "ArrayTraffic",
+        "STATS_BYTES",
+        "record_loop",
+    },
+    "softmax.py": {"NEG_INF"},
+    "roofline.py": {"Hardware", "A100", "H100_SXM", "H200"},
+    "checks/merge.py": {"KeyParts", "key_parts"},
+    "triton_attention/forward.py": {"_check_inputs"},
+    "widgets/_base.py": {"LiveFigure"},
+}
+
+
+# What an assignment's exercises may call besides (an earlier notebook's answer, allowed there):
+# kept whole only in the build for that assignment.
+ALLOWED = {"05_split_kv": {"softmax.py": {"merge_partials"}}}
+
+
+def _defined(stmt: ast.stmt) -> list[str]:
+    """The top-level names a statement defines."""
+    if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [stmt.name]
+    if isinstance(stmt, ast.Assign):
+        return [n.id for t in stmt.targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    if isinstance(stmt, ast.AnnAssign | ast.AugAssign) and isinstance(stmt.target, ast.Name):
+        return [stmt.target.id]
+    return []
+
+
+def _used(stmt: ast.stmt) -> set[str]:
+    return {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+
+
+def strip_module(source: str, module: str, keep: set[str]) -> str:
+    """The module's source with only `keep` (and the top-level names they use) left whole."""
+    tree = ast.parse(source)
+    imports = [
+        s
+        for s in tree.body
+        if isinstance(s, ast.Import | ast.ImportFrom) and getattr(s, "module", "") != "__future__"
+    ]
+    definers: dict[str, list[ast.stmt]] = {}
+    for stmt in tree.body:
+        for name in _defined(stmt):
+            definers.setdefault(name, []).append(stmt)
+    kept: set[str] = set()
+    todo = [n for n in keep if n in definers]
+    while todo:
+        name = todo.pop()
+        if name in kept:
+            continue
+        kept.add(name)
+        for stmt in definers[name]:
+            todo += [n for n in _used(stmt) if n in definers and n not in kept]
+    body = [ast.unparse(s) for s in imports]
+    body.append(
+        "from course_utils.checks._core import ReferenceUnavailable as _ReferenceUnavailable\n\n"
+        "def _stub(name):\n"
+        "    def unavailable(*args, **kwargs):\n"
+        "        raise _ReferenceUnavailable(\n"
+        f"            f'{module}.{{name}} (course code, not available while a notebook is "
+        "graded)'\n"
+        "        )\n"
+        "    unavailable.__name__ = unavailable.__qualname__ = name\n"
+        f"    unavailable.__module__ = {module!r}\n"
+        "    return unavailable"
+    )
+    done: set[int] = set()
+    for stmt in tree.body:
+        names = _defined(stmt)
+        if not names:
+            continue
+        if any(n in kept for n in names):
+            if id(stmt) not in done:
+                body.append(ast.unparse(stmt))
+                done.add(id(stmt))
+        else:
+            body += [f"{n} = _stub({n!r})" for n in names if not n.startswith("__")]
+    doc = f'"""{module}, as a graded notebook sees it: course code replaced by stubs."""'
+    return "\n\n".join([doc, "from __future__ import annotations", *body]) + "\n"
+
+
+def build(dest: Path, assignment: str | None = None, package: Path = PACKAGE) -> Path:
+    """Write the stripped course_utils for `assignment` under dest; returns dest/course_utils."""
+    extra = ALLOWED.get(assignment or "", {})
+    out = Path(dest) / "course_utils"
+    shutil.rmtree(out, ignore_errors=True)
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if rel in WHOLE:
+            shutil.copyfile(path, target)
+            continue
+        module = "course_utils." + rel.removesuffix(".py").replace("/", ".")
+        module = module.removesuffix(".__init__")
+        keep = KEEP.get(rel, set()) | extra.get(rel, set())
+        target.write_text(strip_module(path.read_text(), module, keep))
+    return out

@@ -1,0 +1,309 @@
+"""Verdicts outside the student's kernel: the wire format, the stripped package, the agent.
+
+The kernel tests start a real IPython kernel (jupyter_client) whose course_utils is the stripped
+package a graded notebook sees, run a student's answer cell in it, then run the release's test
+cell in this process through graders.remote: whatever the answer cell patches inside its kernel,
+the values are compared here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from course_utils.checks import _wire
+from course_utils.checks.merge import key_parts
+from graders import student_build
+from graders.remote import KernelChannel, RemoteError, run_test_cell
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ---- the wire format -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        3,
+        2**70,
+        -0.0,
+        float("inf"),
+        "text",
+        np.float64(1.5),
+        np.int32(7),
+        np.zeros(0),
+        np.array(2.5),
+        np.arange(12.0).reshape(3, 4),
+        np.array([-np.inf, np.nan, 1.0], dtype=np.float32),
+        (1, (2.0, np.ones(2)), [3, {"a": np.eye(2)}]),
+        key_parts([0, 2], [], [1]),
+    ],
+    ids=repr,
+)
+def test_values_travel_unchanged(value, tmp_path):
+    path = tmp_path / "v.npz"
+    _wire.save(path, value)
+    back = _wire.load(path)
+    assert type(back) is type(value)
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        assert [list(p) for p in back] == [list(p) for p in value]
+    elif isinstance(value, np.ndarray | np.generic):
+        assert back.dtype == value.dtype and back.shape == value.shape
+        np.testing.assert_array_equal(back, value)
+    elif isinstance(value, tuple):
+        assert repr(back) == repr(value)
+    else:
+        assert back == value or (back != back and value != value)
+
+
+def test_torch_tensors_keep_their_dtype(tmp_path):
+    torch = pytest.importorskip("torch")
+    t = torch.linspace(-1, 1, 6, dtype=torch.bfloat16).reshape(2, 3)
+    _wire.save(tmp_path / "t.npz", t)
+    back = _wire.load(tmp_path / "t.npz")
+    assert back.dtype == torch.bfloat16 and torch.equal(back, t)
+
+
+def test_objects_that_could_run_code_do_not_travel(tmp_path):
+    class Sneaky:
+        def __reduce__(self):
+            return (os.system, ("echo hacked",))
+
+    with pytest.raises(_wire.WireError, match="Sneaky"):
+        _wire.save(tmp_path / "x.npz", Sneaky())
+    # a pickled object array written by hand is refused when read, not unpickled
+    evil = np.empty(1, dtype=object)
+    evil[0] = Sneaky()
+    np.savez(
+        tmp_path / "evil.npz", __tree__=np.frombuffer(b'{"__array__": "a0"}', np.uint8), a0=evil
+    )
+    with pytest.raises(ValueError, match="allow_pickle"):
+        _wire.load(tmp_path / "evil.npz")
+
+
+# ---- the stripped package ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stripped(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("student-build")
+    student_build.build(dest)
+    return dest
+
+
+def _run_in(stripped: Path, code: str) -> str:
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(stripped)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=stripped
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_stripped_package_has_no_answers_but_keeps_the_api(stripped):
+    out = _run_in(
+        stripped,
+        "import numpy as np, inspect, course_utils as cu\n"
+        "from course_utils.checks._core import ReferenceUnavailable\n"
+        f"assert cu.__file__.startswith({str(stripped)!r})\n"
+        "for f in (cu.online_softmax_stats, cu.merge_partials, cu.flash_attention_forward,\n"
+        "          cu.flash_attention_backward, cu.standard_attention_traffic):\n"
+        "    try:\n"
+        "        f(np.zeros(3), 1)\n"
+        "    except ReferenceUnavailable as e:\n"
+        "        print('stub', e)\n"
+        "import course_utils.checks.online_softmax as chk\n"
+        "import course_utils.widgets.tile_grid as tg\n"
+        "for f in (chk._online_attention_reference, chk.check_online_softmax_stats,\n"
+        "          tg.tile_kinds):\n"
+        "    try:\n"
+        "        f(1, 2, 3)\n"
+        "    except ReferenceUnavailable:\n"
+        "        print('stub')\n"
+        "src = inspect.getsource(cu.online_softmax_stats)\n"
+        "assert 'exp' not in src, src\n"
+        "from course_utils.checks.merge import key_parts\n"
+        "print(key_parts([0], [1, 2]))\n"
+        "print(cu.H200.num_sms)\n"
+        "mem = cu.CountingMemory(M=10_000)\n"
+        "print(type(mem).__name__)\n",
+    )
+    assert out.count("stub") == 8, out
+    assert "parts [0] | [1, 2]" in out and "132" in out and "CountingMemory" in out
+
+
+def test_every_module_of_the_package_imports_stripped(stripped):
+    modules = [
+        "course_utils."
+        + p.relative_to(REPO / "course_utils").with_suffix("").as_posix().replace("/", ".")
+        for p in (REPO / "course_utils").rglob("*.py")
+        if "triton_attention" not in p.parts and p.name != "__init__.py"
+    ]
+    _run_in(
+        stripped,
+        "import importlib\n" + "".join(f"importlib.import_module({m!r})\n" for m in modules),
+    )
+
+
+# ---- a real kernel: verdicts here, answers there -----------------------------------------
+
+
+@pytest.fixture
+def kernel(stripped, tmp_path):
+    from jupyter_client.manager import start_new_kernel
+
+    env = {**os.environ, "PYTHONPATH": str(stripped)}
+    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
+
+    def execute(code: str) -> None:
+        reply = kc.execute_interactive(code, timeout=60, output_hook=lambda m: None)
+        if reply["content"]["status"] == "error":
+            raise RuntimeError(reply["content"]["ename"])
+
+    channel = KernelChannel(
+        lambda code: kc.execute_interactive(
+            code, timeout=60, output_hook=lambda m: None, store_history=False
+        ),
+        tmp_path / "io",
+    )
+    yield execute, channel
+    km.shutdown_kernel(now=True)
+
+
+GOOD_STATS = """
+import numpy as np
+def online_softmax_stats(x, block):
+    x = np.asarray(x, dtype=np.float64)
+    m = np.full(x.shape[:-1], -np.inf)
+    l = np.zeros(x.shape[:-1])
+    for s in range(0, x.shape[-1], block):
+        xb = x[..., s:s + block]
+        m_new = np.maximum(m, xb.max(axis=-1))
+        shift = np.where(np.isneginf(m_new), 0.0, m_new)
+        l = np.exp(m - shift) * l + np.exp(xb - shift[..., None]).sum(axis=-1)
+        m = m_new
+    return m, l
+"""
+WRONG_STATS = """
+import numpy as np
+def online_softmax_stats(x, block):
+    x = np.asarray(x, dtype=np.float64)
+    return x.max(axis=-1, initial=-np.inf), np.ones(x.shape[:-1])
+"""
+TEST_CELL = """from course_utils.checks.online_softmax import check_online_softmax_stats
+
+check_online_softmax_stats(online_softmax_stats)
+check_online_softmax_stats(online_softmax_stats, seed=None, trials=30)
+"""
+
+
+def _verdict(outputs) -> str:
+    errors = [o for o in outputs if o.output_type == "error"]
+    return "fail: " + errors[0].evalue if errors else "pass"
+
+
+@pytest.mark.notebooks
+def test_a_right_answer_passes_and_a_wrong_one_fails(kernel):
+    execute, channel = kernel
+    execute(GOOD_STATS)
+    assert _verdict(run_test_cell(TEST_CELL, channel)) == "pass"
+    execute(WRONG_STATS)
+    assert _verdict(run_test_cell(TEST_CELL, channel)).startswith("fail")
+
+
+CHEATS = {
+    "patched check": "import course_utils.checks.online_softmax as m\n"
+    "m.check_online_softmax_stats = lambda *a, **k: print('ok')\n",
+    "patched numpy": "import numpy\nvars(numpy)['allclose'] = lambda *a, **k: True\n"
+    "numpy.isclose = lambda *a, **k: True\n",
+    "swallowing run_code": "ip = get_ipython()\nold = ip.run_code\n"
+    "def run_code(code, *a, **k):\n"
+    "    try:\n        return old(code, *a, **k)\n    except BaseException:\n        return False\n"
+    "ip.run_code = run_code\n",
+    "profile off": "import sys\nsys.setprofile(None)\nsys.setprofile = lambda f: None\n",
+    "import hook": "import builtins\n_imp = builtins.__import__\n"
+    "def hook(name, *a, **k):\n    return _imp(name, *a, **k)\nbuiltins.__import__ = hook\n",
+    "del hook": "import course_utils.checks._core as c\n"
+    "class X:\n    def __del__(self):\n        c.run_cases = lambda *a, **k: None\n"
+    "x = X(); del x\n",
+}
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("cheat", sorted(CHEATS))
+def test_no_patch_in_the_kernel_turns_a_wrong_answer_into_points(kernel, cheat):
+    execute, channel = kernel
+    execute(WRONG_STATS + CHEATS[cheat])
+    assert _verdict(run_test_cell(TEST_CELL, channel)).startswith("fail")
+
+
+@pytest.mark.notebooks
+def test_calling_the_reference_fails_even_with_the_watch_switched_off(kernel):
+    execute, channel = kernel
+    execute(
+        "import sys, course_utils as cu\n"
+        "def online_softmax_stats(x, block):\n"
+        "    sys.setprofile(None)\n"
+        "    return cu.online_softmax_stats(x, block)\n"
+    )
+    verdict = _verdict(run_test_cell(TEST_CELL, channel))
+    assert "calls-reference" in verdict or "disables-check" in verdict, verdict
+
+
+@pytest.mark.notebooks
+def test_getsource_of_a_reference_gives_nothing_to_run(kernel):
+    execute, channel = kernel
+    execute(
+        "import inspect, course_utils.softmax as s\n"
+        "ns = {'__name__': 'course_utils.softmax', '__package__': 'course_utils'}\n"
+        "exec(inspect.getsource(s), ns)\n"
+        "online_softmax_stats = ns['online_softmax_stats']\n"
+    )
+    verdict = _verdict(run_test_cell(TEST_CELL, channel))
+    assert verdict.startswith("fail") and "calls-reference" in verdict, verdict
+
+
+@pytest.mark.notebooks
+def test_a_mutated_input_is_named_from_the_kernel(kernel):
+    execute, channel = kernel
+    execute(GOOD_STATS.replace("x = np.asarray(x, dtype=np.float64)", "x = np.asarray(x); x -= 0"))
+    verdict = _verdict(run_test_cell(TEST_CELL, channel))
+    assert "mutates-input" in verdict and "`x`" in verdict, verdict
+
+
+@pytest.mark.notebooks
+def test_a_missing_answer_and_an_unanswerable_kernel(kernel):
+    execute, channel = kernel
+    verdict = _verdict(run_test_cell(TEST_CELL, channel))
+    assert verdict.startswith("fail: name 'online_softmax_stats' is not defined"), verdict
+    execute("import os\nos.makedirs('io', exist_ok=True)\n")
+    dead = KernelChannel(lambda code: None, channel.io_host)  # a kernel that never answers
+    with pytest.raises(RemoteError):
+        run_test_cell(TEST_CELL, dead)
+
+
+@pytest.mark.notebooks
+def test_quick_check_values_come_from_the_kernel(kernel):
+    execute, channel = kernel
+    cell = (
+        "from course_utils.checks.online_softmax import check_quick_rescale\n\n"
+        "check_quick_rescale(answer_rescale)\n"
+    )
+    execute("import numpy as np\nanswer_rescale = np.exp(3.0 - 5.0)\n")
+    assert _verdict(run_test_cell(cell, channel)) == "pass"
+    execute("answer_rescale = np.array([np.exp(3.0 - 5.0)])\n")
+    assert "plain number" in _verdict(run_test_cell(cell, channel))
+    execute(
+        "class Liar(float):\n    def __eq__(self, o):\n        return True\n"
+        "answer_rescale = Liar(7.0)\n"
+    )
+    assert _verdict(run_test_cell(cell, channel)).startswith("fail")
