@@ -453,9 +453,9 @@ def test_kernel_styles_pass(good_step, good_finalize):
 def test_kernel_check_is_fast_enough():
     """Under 5 s in the interpreter (measured: about 0.8 s warm, 1.8 s in a fresh process)."""
     run_quietly(T.check_attention_kernel, step, finalize)
-    start = time.perf_counter()
+    start = time.process_time()
     run_quietly(T.check_attention_kernel, step, finalize)
-    assert time.perf_counter() - start < 5.0
+    assert time.process_time() - start < 5.0
 
 
 def test_kernel_check_writes_nothing_to_stderr_even_when_triton_does(monkeypatch, capfd):

@@ -207,6 +207,7 @@ class LoadLog:
         self.shape = tuple(shape)
         self.counts = np.zeros(self.shape, dtype=np.int64)
         self.loads: list[np.ndarray] = []
+        self.on_chip = None  # the tile of this input last computed with (see Traced._use)
 
     def record(self, idx) -> None:
         """Count one load of the elements idx (flat indices); the same tile loaded again right
@@ -321,10 +322,20 @@ class Traced(np.ndarray):
         return self._tile is not None and self._tile.loaded
 
     def _use(self) -> None:
-        """This array takes part in a computation: load its tile (once)."""
-        if self._log is not None and not self._tile.loaded:
-            self._log.record(self._origin_index())
-            self._tile.loaded = not self._tile.whole
+        """This array takes part in a computation: load its tile, unless it is on chip.
+
+        One tile of each input is on chip at a time: computing with another tile of the same
+        input evicts it (K/V tiles cut once before the query loop are read again each time).
+        """
+        log, tile = self._log, self._tile
+        if log is None or (tile.loaded and log.on_chip is tile):
+            return
+        log.record(self._origin_index())
+        if tile.whole:
+            return
+        if log.on_chip is not None:
+            log.on_chip.loaded = False
+        tile.loaded, log.on_chip = True, tile
 
     def _origin_index(self) -> np.ndarray:
         """For each element of self, the flat index of the input element it holds."""
@@ -375,7 +386,10 @@ class Traced(np.ndarray):
         ]
         elementwise = method == "__call__" and ufunc.signature is None and ufunc.nout == 1
         shaped = [a for a in fresh if np.shape(result) == a.shape]
-        if elementwise and len(fresh) == 1 and shaped and isinstance(result, np.ndarray):
+        # a transform of one input: the other operands are smaller (a scalar, a broadcast row);
+        # np.maximum(m, x_i) with m as large as x_i is new state, not x_i transformed
+        smaller = shaped and all(a is shaped[0] or np.size(a) < shaped[0].size for a in inputs)
+        if elementwise and len(fresh) == 1 and smaller and isinstance(result, np.ndarray):
             src = shaped[0]  # K * scale, x - m, np.exp(x): the same elements, transformed
             if out is not None and isinstance(out[0], Traced):
                 return out[0]
@@ -1402,10 +1416,11 @@ def _failure_message(
     lines = [f"✗ {name} is wrong on {case.label}.", f"  input:    {_describe_args(case, names)}"]
     for out_name, y, e in bad:
         if np.size(e) <= _SMALL:
-            lines.append(f"  yours:    {out_name} = {describe(y)}")
-            lines.append(f"  expected: {out_name} = {describe(e)}")
+            digits = 6 if describe(y) != describe(e) else 15  # close: show where they differ
+            lines.append(f"  yours:    {out_name} = {describe(y, digits)}")
+            lines.append(f"  expected: {out_name} = {describe(e, digits)}")
             err = max_abs_error(y, e)
-            if np.isfinite(err) and err > 0 and np.size(e) > 1:
+            if np.isfinite(err) and err > 0:
                 lines.append(f"  largest difference in {out_name}: {err:.3g}")
         else:
             where, count = _worst(y, e, rtol=rtol, atol=atol)
