@@ -41,9 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     g.add_argument("--regrade", action="store_true", help="grade again what was graded before")
     g.add_argument("--memory-gb", type=float, default=6.0, help="memory cap per submission (6)")
+    g.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run the students' code without the bubblewrap sandbox, as your user (only where "
+        "no sandbox can be made and you trust the submissions or the machine is throwaway)",
+    )
     args = parser.parse_args(argv)
     if args.command == "grade":
         from .grade import grade
+        from .sandbox import SandboxUnavailable
 
         try:
             grade(
@@ -54,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
                 assignment=args.assignment,
                 regrade=args.regrade,
                 memory_gb=args.memory_gb,
+                sandbox=not args.unsafe_no_sandbox,
             )
+        except SandboxUnavailable as exc:
+            parser.exit(2, f"error: {exc}\n")
         except ValueError as exc:
             parser.exit(2, f"error: {exc}\n")
     if args.command == "sync-setup":

@@ -3,14 +3,27 @@
 Used by tests/test_grading.py and benchmarks/grading.py. Every entry is a notebook (or raw bytes)
 plus the set of graded cells that must fail; the expected score is the notebook's points minus the
 points of those cells, computed from the solution's metadata, never typed in by hand.
+
+Every file is written the way Jupyter writes it (`save`): nbformat.write (sources as lists of
+lines, what every Jupyter save produces), an older nbformat (3, or 4.4 without cell ids), the
+released file copied byte for byte, or through a real Jupyter server's contents API (the tests
+pass a `saver`). Only the cases that need a file nbformat would refuse to write (a repeated cell
+id) use nbformat's plain JSON writer, and the broken files raw bytes.
+
+    build(assignment)   one notebook's bank: full, untouched, partial, named mistakes, calls the
+                        reference, adversarial (hangs, crashes, tampering) and honest tooling
+                        accidents (cells copied and pasted, uploads twice, old formats, outputs)
+    core(assignment)    full, untouched, partial and one named mistake, for each notebook
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
-import json
+import os
 import re
+import shutil
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,8 +31,69 @@ import nbformat
 
 from . import pipeline
 from .authoring import KERNELSPEC
+from .submissions import OLDER_UPLOAD, source_text
+from .submissions import student_id as _student_id
 
-TIMEOUT_FOR_BANK = 10  # seconds per cell: the infinite loop must be cut quickly in tests
+# seconds per cell: cuts the infinite loop soon, and leaves the Triton interpreter's checks of
+# notebook 06 room on a busy two-core machine
+TIMEOUT_FOR_BANK = 30
+
+# The named mistakes the bank submits, per notebook: (the exercise's function, the slug its check
+# must name, a piece of the solution's answer, what the student wrote instead). The answer is the
+# solution with that one edit: plain code, as a student types it, that needs nothing of
+# course_utils (which the kernel cannot see while a notebook is graded).
+NAMED_MISTAKES = {
+    "01_online_softmax": [
+        ("online_softmax_stats", "no-rescale", "l_i = factor * l_i + ", "l_i = l_i + "),
+        (
+            "online_softmax_attention",
+            "rescale-l-not-acc",
+            "acc = factor * acc + p @ vb",
+            "acc = acc + p @ vb",
+        ),
+    ],
+    "02_merge_partials": [
+        (
+            "merge_partials",
+            "plain-average",
+            "return w1 * o1 + w2 * o2, lse",
+            "return (o1 + o2) / 2, lse",
+        ),
+    ],
+    "03_tiled_forward": [
+        (
+            "causal_tile_map",
+            "causal-off-by-one",
+            "if first_key > last_row:",
+            "if first_key >= last_row:",
+        ),
+    ],
+    "04_hbm_traffic": [
+        ("standard_attention_traffic", "nxn-once", "softmax = N * N + N * N", "softmax = 0"),
+    ],
+    "05_split_kv": [
+        (
+            "decode_grid",
+            "ignores-splits",
+            "blocks = batch * heads * num_splits",
+            "blocks = batch * heads",
+        ),
+    ],
+    "06_triton_forward": [
+        (
+            "tile_offsets",
+            "pid-not-multiplied",
+            "rows = pid_m * BLOCK_M + np.arange",
+            "rows = pid_m + np.arange",
+        ),
+    ],
+    "07_backward": [
+        ("softmax_backward_rows", "forgot-D", "return P * (dP - D)", "return P * dP"),
+    ],
+}
+
+# The students of core(): one name per kind, the same student across the seven notebooks
+CORE_STUDENTS = {"full": "full", "untouched": "张伟", "partial": "José", "mistake": "Ana María"}
 
 
 @dataclass
@@ -30,6 +104,16 @@ class Entry:
     status: str = "graded"
     misconception: dict[str, str] = field(default_factory=dict)  # cell -> slug expected
     problem: str | None = None  # a phrase the grader must report
+    assignment: str | None = None
+    student: str | None = None  # the student's name as the folder shows it (default: from name)
+    # how the file is written: nbformat | nbformat-v3 | nbformat-4.4 | json | release | server
+    save: str = "nbformat"
+    upload: str | None = None  # the file's name in the assignment folder (default <a>.ipynb)
+    # earlier uploads of the same student: (file name, notebook, seconds older than this one)
+    older: list[tuple[str, object, float]] = field(default_factory=list)
+    # the problem line is one of graders.submissions' repair notes or causes, which the worker
+    # reports once it calls read_submission() and cause_line() (see tests/test_grading.py)
+    worker_note: bool = False
 
 
 @dataclass
@@ -39,14 +123,21 @@ class Exercise:
     tests: list[str]  # grade_ids of the test cells that check it
 
 
+def _solution(assignment: str, root: Path = pipeline.REPO):
+    return nbformat.read(root / "solutions" / assignment / f"{assignment}.ipynb", 4)
+
+
+def release_path(assignment: str, root: Path = pipeline.REPO) -> Path:
+    return root / "notebooks" / assignment / f"{assignment}.ipynb"
+
+
 def exercises(assignment: str, root: Path = pipeline.REPO) -> list[Exercise]:
     """The answer cells of an assignment, each with the test cells that follow it."""
-    nb = nbformat.read(root / "solutions" / assignment / f"{assignment}.ipynb", 4)
     found: list[Exercise] = []
-    for cell in nb.cells:
+    for cell in _solution(assignment, root).cells:
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("solution") and cell.cell_type == "code":
-            m = re.search(r"^def (\w+)\(", cell.source, re.M)
+            m = re.search(r"^def (\w+)\(", source_text(cell.source), re.M)
             found.append(Exercise(meta["grade_id"], m.group(1) if m else None, []))
         elif meta.get("grade") and found:
             found[-1].tests.append(meta["grade_id"])
@@ -54,109 +145,187 @@ def exercises(assignment: str, root: Path = pipeline.REPO) -> list[Exercise]:
 
 
 def points(assignment: str, root: Path = pipeline.REPO) -> dict[str, float]:
-    nb = nbformat.read(root / "solutions" / assignment / f"{assignment}.ipynb", 4)
     return {
         c.metadata["nbgrader"]["grade_id"]: float(c.metadata["nbgrader"]["points"])
-        for c in nb.cells
+        for c in _solution(assignment, root).cells
         if c.metadata.get("nbgrader", {}).get("grade")
     }
 
 
-def expected_score(assignment: str, entry: Entry) -> float:
-    if entry.status == "invalid-notebook" or entry.status == "needs-review":
+def expected_score(assignment_or_entry, entry: Entry | None = None) -> float:
+    """The score an entry must get: expected_score(entry), or expected_score(assignment, entry)."""
+    if entry is None:
+        entry = assignment_or_entry
+        assignment = entry.assignment
+    else:
+        assignment = assignment_or_entry
+    if entry.status in ("invalid-notebook", "needs-review", "autograde-failed"):
         return 0.0
     pts = points(assignment)
     return sum(p for gid, p in pts.items() if gid not in entry.failing)
 
 
+def _cell(nb, grade_id):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def _index(nb, grade_id) -> int:
+    return nb.cells.index(_cell(nb, grade_id))
+
+
 def _set_answer(nb, grade_id: str, source: str):
-    for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
-            cell.source = source
-            return nb
-    raise KeyError(grade_id)
+    _cell(nb, grade_id).source = source
+    return nb
 
 
-def _mistakes_for(assignment: str, ex: Exercise):
-    """Mistakes of the assignment's checks module whose function has this exercise's name/args."""
-    import importlib
-
-    from course_utils.checks import Mistake
-
-    nb = nbformat.read(pipeline.REPO / "solutions" / assignment / f"{assignment}.ipynb", 4)
-    modules = set(re.findall(r"from (course_utils\.checks\.\w+) import", _all_sources(nb)))
-    solution_src = next(
-        c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == ex.answer
-    )
-    params = re.search(rf"def {ex.function}\(([^)]*)\)", solution_src).group(1)
-    wanted = [p.split("=")[0].strip() for p in params.split(",") if p.strip()]
-    seen = {}
-    for mod_name in sorted(modules):
-        mod = importlib.import_module(mod_name)
-        for value in vars(mod).values():
-            items = value if isinstance(value, list | tuple) else [value]
-            for m in items:
-                if not isinstance(m, Mistake) or m.slug in seen:
-                    continue
-                try:
-                    names = list(inspect.signature(m.fn).parameters)
-                except (TypeError, ValueError):
-                    continue
-                if (
-                    names[: len(wanted)] == wanted
-                    and inspect.isfunction(m.fn)
-                    and m.fn.__closure__ is None
-                    and m.fn.__name__ != "<lambda>"
-                ):
-                    seen[m.slug] = (mod_name, m)
-    return list(seen.values())
+def partial(assignment: str, root: Path = pipeline.REPO) -> tuple[object, set[str]]:
+    """The release with the first half of its exercises answered; and the tests that must fail."""
+    solved = pipeline.solved_notebook(assignment, root)
+    nb = nbformat.read(release_path(assignment, root), 4)
+    exs = exercises(assignment, root)
+    done, todo = exs[: (len(exs) + 1) // 2], exs[(len(exs) + 1) // 2 :]
+    for ex in done:
+        _set_answer(nb, ex.answer, source_text(_cell(solved, ex.answer).source))
+    return nb, {t for ex in todo for t in ex.tests}
 
 
-def _all_sources(nb) -> str:
-    return "\n".join(c.source for c in nb.cells)
+def mistakes(assignment: str, root: Path = pipeline.REPO) -> list[tuple[str, Exercise, str]]:
+    """(entry name, exercise, answer code) for the named mistakes of NAMED_MISTAKES."""
+    solved = pipeline.solved_notebook(assignment, root)
+    by_function = {e.function: e for e in exercises(assignment, root) if e.function}
+    found = []
+    for function, slug, right, wrong in NAMED_MISTAKES.get(assignment, []):
+        ex = by_function[function]
+        answer = source_text(_cell(solved, ex.answer).source)
+        if right not in answer:  # the solution changed: the table above must follow
+            raise LookupError(f"{assignment}: the answer {ex.answer} has no {right!r}")
+        found.append((f"mistake:{slug}:{function}", ex, answer.replace(right, wrong, 1)))
+    return found
 
 
-def _as_learner_code(mod_name: str, fn, name: str) -> str:
-    """Answer-cell code that defines `name` as a copy of a buggy function, as if typed in."""
+def _png() -> str:
+    """A 1x1 PNG, base64: the image of an output and of a markdown cell's attachment."""
     return (
-        "import types as _types\n"
-        f"import {mod_name} as _bank\n"
-        f"{name} = _types.FunctionType(_bank.{fn.__name__}.__code__, vars(_bank), {name!r},\n"
-        f"                             _bank.{fn.__name__}.__defaults__)\n"
-        f"{name}.__module__ = '__main__'\n"
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5Erk"
+        "Jggg=="
     )
+
+
+def with_outputs(nb):
+    """What a student's saved notebook also holds: outputs, widget state, an attachment."""
+    nb = copy.deepcopy(nb)
+    img = _png()
+    for count, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        cell.execution_count = count + 1
+        cell.outputs = [
+            nbformat.v4.new_output("stream", name="stdout", text="✓ ran\nline two\n"),
+            nbformat.v4.new_output(
+                "display_data", data={"image/png": img, "text/plain": "<Figure>"}
+            ),
+        ]
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    first_code.outputs.append(
+        nbformat.v4.new_output("error", ename="ValueError", evalue="x", traceback=["ValueError"])
+    )
+    note = nbformat.v4.new_markdown_cell("My sketch: ![tiles](attachment:tiles.png)")
+    note.attachments = {"tiles.png": {"image/png": img}}
+    nb.cells.insert(2, note)
+    model = "0a1b2c3d4e5f"
+    nb.metadata["widgets"] = {
+        "application/vnd.jupyter.widget-state+json": {
+            "state": {
+                model: {
+                    "model_module": "@jupyter-widgets/controls",
+                    "model_module_version": "2.0.0",
+                    "model_name": "IntSliderModel",
+                    "state": {"value": 3, "max": 10},
+                }
+            },
+            "version_major": 2,
+            "version_minor": 0,
+        }
+    }
+    return nb
+
+
+def broken_by(assignment: str, ex: Exercise, root: Path = pipeline.REPO) -> set[str]:
+    """The tests that fail when the function of `ex` is wrong: its own, and those of every later
+    exercise whose solution or test calls it (attention_by_parts calls merge_partials)."""
+    sol = _solution(assignment, root)
+    uses = re.compile(rf"\b{re.escape(ex.function)}\b")
+    failing = set(ex.tests)
+    for later in exercises(assignment, root):
+        if later.answer == ex.answer:
+            continue
+        texts = [source_text(_cell(sol, g).source) for g in (later.answer, *later.tests)]
+        if any(uses.search(t) for t in texts):
+            failing |= set(later.tests)
+    return failing
+
+
+def _tests_from(assignment: str, answer: str, root: Path) -> set[str]:
+    """The graded cells at or after the answer cell `answer`."""
+    ids = [c.metadata.get("nbgrader", {}) for c in _solution(assignment, root).cells]
+    start = next(i for i, m in enumerate(ids) if m.get("grade_id") == answer)
+    return {m["grade_id"] for m in ids[start:] if m.get("grade")}
+
+
+def core(assignment: str, root: Path = pipeline.REPO) -> list[Entry]:
+    """Full, untouched (the release, copied as is), partial, and the first named mistake."""
+    solved = pipeline.solved_notebook(assignment, root)
+    release = nbformat.read(release_path(assignment, root), 4)
+    work, undone = partial(assignment, root)
+    bank = [
+        Entry("full", solved, set()),
+        Entry("untouched", release, set(points(assignment, root)), save="release"),
+        Entry("partial", work, undone),
+    ]
+    for name, ex, code in mistakes(assignment, root)[:1]:
+        nb = _set_answer(copy.deepcopy(solved), ex.answer, code)
+        slug = name.split(":")[1]
+        failing = broken_by(assignment, ex, root)
+        bank.append(Entry(name, nb, failing, misconception={ex.tests[0]: slug}))
+    for entry in bank:
+        entry.assignment = assignment
+        entry.student = CORE_STUDENTS[entry.name.split(":")[0]]
+    return bank
 
 
 def build(assignment: str, root: Path = pipeline.REPO) -> list[Entry]:
-    """The bank for one assignment: good, untouched, each misconception, broken and adversarial."""
+    """The bank for one assignment: good, untouched, partial, each named mistake, broken,
+    adversarial, and the accidents of honest students' tooling."""
     solved = pipeline.solved_notebook(assignment, root)
-    untouched = nbformat.read(root / "notebooks" / assignment / f"{assignment}.ipynb", 4)
+    untouched = nbformat.read(release_path(assignment, root), 4)
     exs = [e for e in exercises(assignment, root) if e.function]
     all_tests = set(points(assignment, root))
     first, last = exs[0], exs[-1]
-    bank = [Entry("full", solved, set()), Entry("untouched", untouched, all_tests)]
+    work, undone = partial(assignment, root)
+    bank = [
+        Entry("full", solved, set()),
+        Entry("untouched", untouched, all_tests, save="release"),
+        Entry("partial", work, undone),
+    ]
 
-    def variant(name, failing, edit, **kw):
-        nb = copy.deepcopy(solved)
+    def variant(name, failing, edit, base=solved, **kw):
+        nb = copy.deepcopy(base)
         edit(nb)
         bank.append(Entry(name, nb, set(failing), **kw))
 
     import course_utils
 
+    for name, ex, code in mistakes(assignment, root):
+        variant(
+            name,
+            broken_by(assignment, ex, root),
+            lambda nb, ex=ex, code=code: _set_answer(nb, ex.answer, code),
+            misconception={ex.tests[0]: name.split(":")[1]},
+        )
     for ex in exs:
-        for mod_name, mistake in _mistakes_for(assignment, ex):
-            code = _as_learner_code(mod_name, mistake.fn, ex.function)
-            variant(
-                f"mistake:{mistake.slug}:{ex.function}",
-                ex.tests,
-                lambda nb, ex=ex, code=code: _set_answer(nb, ex.answer, code),
-                misconception={ex.tests[0]: mistake.slug},
-            )
         if not hasattr(course_utils, ex.function):
             continue  # the course has no reference of that name to call
         variant(
             f"calls-reference:{ex.function}",
-            ex.tests,
+            broken_by(assignment, ex, root),
             lambda nb, ex=ex: _set_answer(
                 nb,
                 ex.answer,
@@ -260,36 +429,215 @@ def build(assignment: str, root: Path = pipeline.REPO) -> list[Entry]:
     bank.append(
         Entry("not-json", b"{ this is not a notebook", all_tests, status="invalid-notebook")
     )
+    # not honest, but nbgrader fails on it: a cell of the student's own with half-made metadata
+    nb = copy.deepcopy(solved)
+    nb.cells.append(nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": {"grade": True}}))
+    bank.append(
+        Entry(
+            "broken-nbgrader-metadata",
+            nb,
+            set(all_tests),
+            status="autograde-failed",
+            problem="KeyError: 'grade_id'",
+            worker_note=True,
+        )
+    )
+    bank += honest(assignment, root)
+    for entry in bank:
+        entry.assignment = assignment
     return bank
 
 
-def _cell(nb, grade_id):
-    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+def honest(assignment: str, root: Path = pipeline.REPO) -> list[Entry]:
+    """What an honest student's tools do to a notebook; each must score what the student wrote."""
+    solved = pipeline.solved_notebook(assignment, root)
+    release = nbformat.read(release_path(assignment, root), 4)
+    exs = [e for e in exercises(assignment, root) if e.function]
+    first = exs[0]
+    work, undone = partial(assignment, root)
+    bank = []
+
+    # JupyterLab: the answer cell copied and pasted below (a new cell id, the same nbgrader
+    # metadata); the student wrote the answer in the copy and left the stub above. Saved by a
+    # real Jupyter server when the tests give one.
+    nb = copy.deepcopy(release)
+    pasted = copy.deepcopy(_cell(solved, first.answer))
+    pasted["id"] = "pasted-answer"
+    nb.cells.insert(_index(nb, first.answer) + 1, pasted)
+    for ex in exercises(assignment, root):
+        if ex.answer != first.answer:
+            _set_answer(nb, ex.answer, source_text(_cell(solved, ex.answer).source))
+    bank.append(
+        Entry(
+            "copied-answer-cell",
+            nb,
+            set(),
+            save="server",
+            problem=f"cell {first.answer}: the answer cell appears 2 times",
+            worker_note=True,
+        )
+    )
+    # an older frontend: the copy keeps the cell's id too (a file nbformat.write would refuse)
+    nb = copy.deepcopy(solved)
+    nb.cells.insert(_index(nb, first.answer) + 1, copy.deepcopy(_cell(nb, first.answer)))
+    bank.append(
+        Entry(
+            "duplicate-cell-id",
+            nb,
+            set(),
+            save="json",
+            problem="had the id of another cell",
+            worker_note=True,
+        )
+    )
+    # a test cell copied and pasted at the end, to run it again
+    nb = copy.deepcopy(work)
+    pasted = copy.deepcopy(_cell(nb, first.tests[0]))
+    pasted["id"] = "pasted-test"
+    nb.cells.append(pasted)
+    bank.append(
+        Entry(
+            "copied-test-cell",
+            nb,
+            undone,
+            problem=f"cell {first.tests[0]}: the test cell appears 2 times",
+            worker_note=True,
+        )
+    )
+    # another nbgrader (or an editor) changed a test cell's nbgrader metadata
+    nb = copy.deepcopy(solved)
+    _cell(nb, first.tests[0]).metadata["nbgrader"]["schema_version"] = 99
+    bank.append(
+        Entry(
+            "changed-nbgrader-metadata",
+            nb,
+            set(),
+            problem=f"cell {first.tests[0]}: its nbgrader metadata was changed",
+            worker_note=True,
+        )
+    )
+    # three uploads: the newest is graded, whatever the names say
+    name = f"{assignment}.ipynb"
+    bank.append(
+        Entry(
+            "uploaded-three-times",
+            work,
+            undone,
+            upload=f"{assignment} (2).ipynb",
+            older=[(name, release, 3600.0), (f"{assignment} (1).ipynb", solved, 7200.0)],
+            problem=f"{OLDER_UPLOAD} {name}",
+        )
+    )
+    # nbformat 3 (an old Jupyter) and 4.4 (no cell ids), and a notebook saved after running it
+    bank.append(Entry("nbformat-3", solved, set(), save="nbformat-v3"))
+    bank.append(Entry("nbformat-4.4", work, undone, save="nbformat-4.4"))
+    bank.append(Entry("with-outputs", with_outputs(solved), set()))
+    for entry in bank:
+        entry.assignment = assignment
+    return bank
 
 
-def _tests_from(assignment: str, answer: str, root: Path) -> set[str]:
-    """The graded cells at or after the answer cell `answer`."""
-    nb = nbformat.read(root / "solutions" / assignment / f"{assignment}.ipynb", 4)
-    ids = [c.metadata.get("nbgrader", {}) for c in nb.cells]
-    start = next(i for i, m in enumerate(ids) if m.get("grade_id") == answer)
-    return {m["grade_id"] for m in ids[start:] if m.get("grade")}
-
-
-def write(entries: list[Entry], folder: Path, assignment: str, layout: str = "nbgrader") -> None:
-    """Write the bank as submissions: nbgrader's submitted/<student>/<assignment>/ or flat."""
-    for entry in entries:
-        student = re.sub(r"[^A-Za-z0-9_.-]+", "-", entry.name)
-        if layout == "nbgrader":
-            path = Path(folder) / "submitted" / student / assignment / f"{assignment}.ipynb"
-        else:
-            path = Path(folder) / f"{student}_{assignment}.ipynb"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(entry.notebook, bytes):
-            path.write_bytes(entry.notebook)
-        else:
-            entry.notebook.metadata["kernelspec"] = dict(KERNELSPEC)
-            path.write_text(json.dumps(entry.notebook, indent=1))
+def folder_name(entry: Entry) -> str:
+    """The student's folder (or file name part): the entry's student, else its name made plain."""
+    return entry.student or re.sub(r"[^A-Za-z0-9_.-]+", "-", entry.name).strip("_.-")
 
 
 def student_id(entry: Entry) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", entry.name).strip("_.-")
+    """The id the grader gives the entry's student (graders.submissions.student_id)."""
+    return _student_id(folder_name(entry))
+
+
+Saver = Callable[[Path, object], None]  # writes a notebook to a path (e.g. a Jupyter server)
+
+
+def save_notebook(nb, path: Path, how: str = "nbformat", saver: Saver | None = None) -> None:
+    """Write `nb` (a NotebookNode, or bytes) to `path` the way `how` says (see Entry.save)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(nb, bytes):
+        path.write_bytes(nb)
+        return
+    nb = copy.deepcopy(nb)
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
+    if how == "server":
+        if saver is None:
+            raise ValueError("an entry saved by a Jupyter server needs a saver")
+        saver(path, nb)
+    elif how == "nbformat":
+        nbformat.write(nb, str(path))
+    elif how == "nbformat-v3":
+        nbformat.write(nb, str(path), version=3)
+    elif how == "nbformat-4.4":
+        for cell in nb.cells:
+            cell.pop("id", None)
+        nb.nbformat_minor = 4
+        nbformat.write(nb, str(path))
+    elif how == "json":  # nbformat's own JSON writer, which does not repair repeated cell ids
+        path.write_text(nbformat.v4.nbjson.writes(nb), encoding="utf-8")
+    else:
+        raise ValueError(f"unknown way to save a notebook: {how!r}")
+
+
+def write(
+    entries: list[Entry],
+    folder: Path,
+    assignment: str | None = None,
+    layout: str = "nbgrader",
+    saver: Saver | None = None,
+) -> None:
+    """Write the bank as submissions: nbgrader's submitted/<student>/<assignment>/ or flat.
+
+    Files get modification times a few seconds apart in the order written; an entry's older
+    uploads are dated that many seconds before it.
+    """
+    now = time.time()
+    for entry in entries:
+        a = assignment or entry.assignment
+        student = folder_name(entry)
+        uploads = [(entry.upload or f"{a}.ipynb", entry.notebook, 0.0), *entry.older]
+        for name, nb, age in uploads:
+            if layout == "nbgrader":
+                path = Path(folder) / "submitted" / student / a / name
+            else:
+                path = Path(folder) / f"{student}_{Path(name).stem}.ipynb"
+            save = entry.save if nb is entry.notebook else "nbformat"
+            if save == "release" and nb is entry.notebook:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(release_path(a), path)  # exactly the file the students got
+            else:
+                save_notebook(nb, path, save, saver)
+            os.utime(path, (now - age, now - age))
+
+
+def graded_class(root: Path = pipeline.REPO) -> list[Entry]:
+    """The class tests/test_grading.py grades in one run: every notebook's core() (full saved in
+    three formats, untouched as released, partial saved by a Jupyter server, a named mistake),
+    and on notebook 01 every adversarial kind and every tooling accident of build()."""
+    entries = []
+    for assignment in pipeline.assignments(root):
+        for entry in core(assignment, root):
+            if entry.name == "partial":
+                entry.save = "server"  # José works in JupyterLab
+            entries.append(entry)
+    by_name = {(e.assignment, e.name): e for e in entries}
+    formats = {"03_tiled_forward": "nbformat-v3", "04_hbm_traffic": "nbformat-4.4"}
+    for assignment, how in formats.items():
+        if (assignment, "full") in by_name:
+            by_name[(assignment, "full")].save = how
+    if ("05_split_kv", "full") in by_name:
+        full = by_name[("05_split_kv", "full")]
+        full.notebook = with_outputs(full.notebook)
+    first = "01_online_softmax"
+    if first not in pipeline.assignments(root):
+        return entries
+    in_core = {"full", "untouched", "partial", "mistake", "nbformat-3", "nbformat-4.4"}
+    in_core.add("with-outputs")
+    once = set()
+    for entry in build(first, root):
+        kind = entry.name.split(":")[0]
+        if kind in in_core or kind in once:
+            continue
+        if kind == "calls-reference":
+            once.add(kind)  # one of those is enough here
+        entries.append(entry)
+    return entries

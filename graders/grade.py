@@ -28,7 +28,7 @@ from pathlib import Path
 import nbformat
 
 from . import pipeline
-from .submissions import Submission, discover
+from .submissions import Submission, attach_submission_info, discover
 from .worker import result_path, sha256
 
 DEFAULT_MEMORY_GB = 6.0
@@ -102,9 +102,22 @@ def grade(
     regrade: bool = False,
     memory_gb: float = DEFAULT_MEMORY_GB,
     progress: bool = True,
+    sandbox: bool = True,
 ) -> Outcome:
-    """Grade every submission under `path`; write grades, feedback and the report into `out`."""
+    """Grade every submission under `path`; write grades, feedback and the report into `out`.
+
+    sandbox: run each notebook's kernel in the bubblewrap sandbox (graders.sandbox); raises
+    graders.sandbox.SandboxUnavailable, saying what to install, when none can be made here.
+    sandbox=False runs the students' code as this user (a warning says so).
+    """
     from tqdm.auto import tqdm
+
+    from . import sandbox as _sandbox
+
+    if sandbox:
+        _sandbox.require()
+    else:
+        _sandbox.warn_unsafe()
 
     known = pipeline.assignments()
     if assignment is not None and assignment not in known:
@@ -141,6 +154,7 @@ def grade(
                 "timeout": timeout,
                 "max_score": max_score.get(sub.assignment, 0.0),
                 "memory_gb": memory_gb,
+                "sandbox": sandbox,
             }
             wall = timeout * (code_cells[sub.assignment] + 4) + 60
             futures[pool.submit(_run_worker, job, wall)] = sub
@@ -152,6 +166,7 @@ def grade(
     bar.close()
     shutil.rmtree(out / ".work", ignore_errors=True)
     results.sort(key=lambda r: (r["student"], known.index(r["assignment"])))
+    attach_submission_info(results, subs)  # names as found, older uploads not graded
     from .report import write_outputs
 
     write_outputs(results, problems, out, wanted, max_score)
@@ -159,20 +174,22 @@ def grade(
 
 
 def write_csvs(results: list[dict], out: Path, assignments: list[str]) -> None:
-    """grades.csv (one row per student) and grades_by_cell.csv (one row per graded cell)."""
+    """grades.csv (one row per student: id, name as found, scores) and grades_by_cell.csv (one
+    row per graded cell)."""
     students = sorted({r["student"] for r in results})
     by_key = {(r["student"], r["assignment"]): r for r in results}
     with open(out / "grades.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["student", *assignments, "total", "max_total", "status", "problems"])
+        w.writerow(["student", "name", *assignments, "total", "max_total", "status", "problems"])
         for s in students:
             rows = [by_key.get((s, a)) for a in assignments]
+            name = next((r["name"] for r in rows if r and r.get("name")), s)
             scores = [r["score"] if r else "" for r in rows]
             total = sum(r["score"] for r in rows if r)
             max_total = sum(r["max_score"] for r in rows if r)
             status = ";".join(sorted({r["status"] for r in rows if r}))
             probs = " | ".join(f"{r['assignment']}: {p}" for r in rows if r for p in r["problems"])
-            w.writerow([s, *scores, total, max_total, status, probs])
+            w.writerow([s, name, *scores, total, max_total, status, probs])
     with open(out / "grades_by_cell.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(

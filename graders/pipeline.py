@@ -34,11 +34,15 @@ def _alembic_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
-def load_config(root: Path, db_url: str | None = None, timeout: int | None = None):
+def load_config(
+    root: Path, db_url: str | None = None, timeout: int | None = None, sandbox: dict | None = None
+):
     """The course's nbgrader config for `root`, with a gradebook (default: <root>/gradebook.db).
 
     Without a gradebook (db_url="none") generate_assignment records nothing: enough for a release.
     timeout: seconds one cell may run during autograde (default: the config file's).
+    sandbox: run each kernel in graders.sandbox's bubblewrap sandbox, with these settings of
+    SandboxKernelManager (memory_gb, tmpfs_mb, hidden); None: the kernel runs as this user.
     """
     from traitlets.config.loader import PyFileConfigLoader
 
@@ -61,15 +65,21 @@ def load_config(root: Path, db_url: str | None = None, timeout: int | None = Non
     cfg.Autograde.autograde_preprocessors = [
         SurvivingExecute if getattr(s, "__name__", "") == "Execute" else s for s in steps
     ]
+    if sandbox is not None:
+        cfg.SurvivingExecute.sandboxed = True
+        for key, value in sandbox.items():
+            setattr(cfg.SandboxKernelManager, key, value)
     return cfg
 
 
-def nbgrader_api(root: Path, db_url: str | None = None, timeout: int | None = None):
+def nbgrader_api(
+    root: Path, db_url: str | None = None, timeout: int | None = None, sandbox: dict | None = None
+):
     """An nbgrader API object for the course directory at `root`."""
     from nbgrader.apps.api import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
 
-    cfg = load_config(root, db_url, timeout)
+    cfg = load_config(root, db_url, timeout, sandbox)
     coursedir = CourseDirectory(config=cfg)
     api = NbGraderAPI(coursedir=coursedir, config=cfg)
     api.log.setLevel(logging.ERROR)
@@ -161,9 +171,19 @@ def submit(root: Path, student: str, assignment: str, notebook) -> Path:
     return path
 
 
-def autograde(root: Path, assignment: str, student: str, timeout: int | None = None) -> dict:
-    """Run nbgrader autograde for one submission; returns nbgrader's result dict."""
-    api = nbgrader_api(root, timeout=timeout)
+def autograde(
+    root: Path,
+    assignment: str,
+    student: str,
+    timeout: int | None = None,
+    sandbox: dict | None = None,
+) -> dict:
+    """Run nbgrader autograde for one submission; returns nbgrader's result dict.
+
+    sandbox: None runs the kernel as this user; a dict (settings of graders.sandbox's
+    SandboxKernelManager, {} for the defaults) runs it in the bubblewrap sandbox.
+    """
+    api = nbgrader_api(root, timeout=timeout, sandbox=sandbox)
     with _quiet():
         return api.autograde(assignment, student, force=True, create=True)
 

@@ -316,3 +316,48 @@ def run_test_cell(source: str, channel: KernelChannel) -> list[NotebookNode]:
             )
         )
     return outputs
+
+
+def run_in_grader(executor, cell, index: int, io_dir: Path) -> list[NotebookNode]:
+    """The outputs of a graded test cell, computed here (see the module doc).
+
+    executor: the nbclient/nbgrader executor whose kernel holds the student's code; each request
+    to the agent runs as a hidden cell of that kernel (the executor's own time limit and dead-
+    kernel handling apply). io_dir: a folder that the kernel sees at the same path.
+    """
+    count = itertools.count()
+    printed: list[str] = []  # what the student's code printed while the grader called it
+
+    def execute(code: str) -> None:
+        hidden = NotebookNode(
+            cell_type="code",
+            id=f"grader-request-{index}-{next(count)}",
+            source=code,
+            metadata={},
+            outputs=[],
+            execution_count=None,
+        )
+        cells = executor.nb.cells
+        original = cells[index]
+        try:  # nbclient files the executed cell under its index: put the test cell back
+            executor.execute_cell(hidden, index, store_history=False)
+        finally:
+            cells[index] = original
+        for out in hidden.outputs:
+            if out.get("output_type") == "stream":
+                mark = "[stderr] " if out.get("name") == "stderr" else ""
+                printed.extend(mark + line for line in out.get("text", "").splitlines(True))
+        errors = [o for o in hidden.outputs if o.get("output_type") == "error"]
+        if errors:
+            raise RemoteError(
+                f"the notebook's kernel could not answer the grader ({errors[0].get('ename')}: "
+                f"{errors[0].get('evalue')}); did the notebook replace course_utils?"
+            )
+
+    outputs = run_test_cell(cell.source, KernelChannel(execute, io_dir))
+    if printed:  # shown in the feedback, never on stderr (which would cost the cell's points)
+        text = "".join(printed)
+        if len(text) > 4000:
+            text = text[:4000] + f"\n... [{len(text):,} characters printed in all]\n"
+        outputs.insert(0, _stream("your code printed while it was checked:\n" + text))
+    return outputs

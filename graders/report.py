@@ -1,14 +1,44 @@
-"""The class report: score distribution, pass rate per exercise, misconceptions, problems."""
+"""The class report: score distribution, pass rate per exercise, misconceptions, problems,
+and the answers similar enough to review; and, for every submission whatever became of it, a
+feedback page and a results file.
+"""
 
 from __future__ import annotations
 
 import base64
+import csv
 import html
+import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
 from matplotlib.figure import Figure
+
+from . import similarity
+from .submissions import one_line
+
+REPORT_PAIRS = 40  # similar pairs listed in report.md / report.html; all are in similarity.csv
+
+# What a feedback page says when nbgrader made none, by status
+_WHAT_HAPPENED = {
+    "invalid-notebook": (
+        "Your file could not be read as a Jupyter notebook, so nothing in it was graded. Open "
+        "it in Jupyter (or download it again from where you worked), save it, and submit it again."
+    ),
+    "autograde-failed": (
+        "The grader could not run your notebook. This is a problem of the grading, not a score "
+        "of your work: your instructor sees the same message and will look into it."
+    ),
+    "grader-error": (
+        "Grading stopped before it finished. This is a problem of the grading, not a score of "
+        "your work: your instructor sees the same message and will look into it."
+    ),
+    "timeout": (
+        "Grading your notebook took longer than the time allowed and was stopped. Your "
+        "instructor sees the same message."
+    ),
+}
 
 
 def _pass_rates(results: list[dict]) -> dict[tuple[str, str], tuple[int, int]]:
@@ -94,18 +124,111 @@ def summary_lines(results, problems, assignments, pass_rates, misconceptions) ->
     return lines
 
 
-def write_outputs(results, problems, out: Path, assignments, max_score) -> list[str]:
-    """Write the CSVs, plots and report files; print and return the summary."""
+def fallback_feedback(result: dict) -> str:
+    """The feedback page of a submission nbgrader made none for: what happened, in words."""
+    status = result.get("status", "")
+    said = _WHAT_HAPPENED.get(
+        status,
+        "nbgrader could not make the feedback page of this notebook; the score of each graded "
+        "cell is below.",
+    )
+    problems = "".join(f"<li>{html.escape(p)}</li>" for p in result.get("problems", []))
+    cells = "".join(
+        f"<tr><td>{html.escape(gid)}</td><td>{c['score']:g} / {c['max_score']:g}</td>"
+        f"<td>{html.escape(c.get('error') or '')}</td></tr>"
+        for gid, c in result.get("cells", {}).items()
+    )
+    title = f"{result['assignment']}: feedback for {result['student']}"
+    return (
+        f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>"
+        "<style>body{font-family:sans-serif;max-width:50em;margin:auto}"
+        "td,th{border:1px solid #ccc;padding:2px 6px}table{border-collapse:collapse}</style>"
+        f"<h1>{html.escape(title)}</h1>"
+        f"<p><b>Score: {result.get('score', 0):g} / {result.get('max_score', 0):g}</b> "
+        f"(status: {html.escape(status)})</p><p>{html.escape(said)}</p>"
+        + (f"<h2>What happened</h2><ul>{problems}</ul>" if problems else "")
+        + (
+            "<h2>Graded cells</h2><table><tr><th>cell</th><th>score</th><th>error</th></tr>"
+            f"{cells}</table>"
+            if cells
+            else ""
+        )
+    )
+
+
+def finalize(results: list[dict], out: Path) -> None:
+    """Every submission, whatever its status, ends with one-line problems, a feedback page and a
+    results file (results/<student>/<assignment>.json, rewritten with what was added here)."""
+    from .worker import result_path
+
+    for res in results:
+        res["problems"] = [one_line(p) for p in res.get("problems", [])]
+        page = out / res["feedback"] if res.get("feedback") else None
+        if page is None or not page.is_file():
+            page = out / "feedback" / res["student"] / f"{res['assignment']}.html"
+            page.parent.mkdir(parents=True, exist_ok=True)
+            page.write_text(fallback_feedback(res), encoding="utf-8")
+            res["feedback"] = str(page.relative_to(out))
+        path = result_path(out, res["student"], res["assignment"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(res, indent=1, ensure_ascii=False), encoding="utf-8")
+
+
+def similarity_lines(pairs: list[similarity.Pair], threshold: float) -> list[str]:
+    """The report's section on similar answers."""
+    why = similarity.available()
+    lines = [
+        f"Similar answers, to review (answer cells only; {threshold:.0%} or more of an answer's "
+        "tokens found in the other, after the release's stubs are removed):"
+    ]
+    if why:
+        return lines + [f"  {why}"]
+    if not pairs:
+        return lines + ["  none"]
+    for p in pairs[:REPORT_PAIRS]:
+        other = f" ({p.other_share:.0%} of theirs)" if p.other_share is not None else ""
+        lines.append(f"  {p.assignment}: {p.student} ~ {p.other}: {p.share:.0%}{other}")
+    if len(pairs) > REPORT_PAIRS:
+        lines.append(f"  ... and {len(pairs) - REPORT_PAIRS} more in similarity.csv")
+    lines.append(
+        "  (a pair is a question, not a verdict: short exercises leave little room to differ)"
+    )
+    return lines
+
+
+def write_similarity_csv(pairs: list[similarity.Pair], out: Path) -> None:
+    with open(out / "similarity.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["assignment", "student", "other", "share", "other_share"])
+        for p in pairs:
+            other = "" if p.other_share is None else f"{p.other_share:.3f}"
+            w.writerow([p.assignment, p.student, p.other, f"{p.share:.3f}", other])
+
+
+def write_outputs(
+    results,
+    problems,
+    out: Path,
+    assignments,
+    max_score,
+    similarity_threshold: float = similarity.THRESHOLD,
+) -> list[str]:
+    """Write the feedback and results of every submission, the CSVs, plots and report files;
+    print and return the summary."""
     from .grade import misconception_counts, write_csvs
 
+    finalize(results, out)
     write_csvs(results, out, assignments)
     pass_rates = _pass_rates(results)
     misconceptions = misconception_counts(results)
     pngs = _plots(results, out, assignments, pass_rates, misconceptions)
     lines = summary_lines(results, problems, assignments, pass_rates, misconceptions)
+    pairs = similarity.similar_pairs(results, similarity_threshold)
+    write_similarity_csv(pairs, out)
+    lines += similarity_lines(pairs, similarity_threshold)
     md = ["# Grading report", "", "```", *lines, "```", ""]
     md += [f"![{p.stem}]({p.name})" for p in pngs]
-    (out / "report.md").write_text("\n".join(md) + "\n")
+    (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     imgs = "".join(
         f'<p><img alt="{p.stem}" src="data:image/png;base64,'
         f'{base64.b64encode(p.read_bytes()).decode()}"></p>'
@@ -135,7 +258,7 @@ def write_outputs(results, problems, out: Path, assignments, max_score) -> list[
         "<h2>Submissions</h2><table><tr><th>student</th><th>assignment</th><th>score</th>"
         f"<th>status</th><th>feedback</th><th>problems</th></tr>{rows}</table>"
     )
-    (out / "report.html").write_text(page)
+    (out / "report.html").write_text(page, encoding="utf-8")
     print("\n".join(lines))
     print(f"Grades, feedback and the report are in {out}")
     return lines

@@ -1,33 +1,83 @@
-"""Finding submissions in a folder, and making a submitted notebook safe to grade.
+"""Finding submissions in a folder, and making a submitted notebook safe and fair to grade.
 
 Two layouts are understood:
     nbgrader:  PATH[/submitted]/<student>/<assignment>/<assignment>.ipynb
     flat:      PATH/<student>_<assignment>.ipynb   (an LMS export; any separator, any order)
                PATH/<student>.ipynb                with --assignment
+Of several uploads of one student for one assignment (`01_x.ipynb`, `01_x (1).ipynb`, ...) the
+newest file (modification time) is graded; the others are named in that student's problems.
+
+Reading a submission is what Jupyter does: `nbformat.reads(text, as_version=4)`, so every
+nbformat 4 minor, list-of-lines or string sources, outputs, widget state and attachments, and
+nbformat 3 (upgraded) are read as the notebook they are. Then the tooling accidents of honest
+students are repaired before nbgrader sees the notebook (`prepare`), each with a one-line note:
+cell ids made unique (a cell copied and pasted), a test or locked cell that appears twice kept
+once (the release's copy), an answer cell that appears twice run as written (both copies, in
+order), and locked cells that were deleted put back.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
+import hashlib
 import json
 import re
+import unicodedata
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
+OLDER_UPLOAD = "older upload, not graded:"  # the start of the note naming an upload left out
+
 
 @dataclass(frozen=True)
 class Submission:
-    student: str
+    student: str  # the id: folder and gradebook name (see student_id)
     assignment: str
-    path: Path
+    path: Path  # the upload that is graded: the newest
+    others: tuple[Path, ...] = ()  # the other uploads of this student for this assignment
+    name: str = ""  # the student's name as the folder or file name gave it
 
 
-def _student_id(raw: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "_", raw).strip("_.-")
-    return cleaned or "unknown"
+# ---------------------------------------------------------------------------------------------
+# Student ids
+# ---------------------------------------------------------------------------------------------
+
+_NOT_ID = re.compile(r"[^\w.-]+")  # \w: Unicode letters and digits, and _
+
+
+def student_id(raw: str) -> str:
+    """A folder name and nbgrader student id for the name `raw`, never the same for two names.
+
+    A name of letters and digits of any script (and `_ . -`) is its own id: `José`, `张伟`. Any
+    other name (spaces, `+`, `/`, glob characters, a leading dot) is cleaned and gets a short
+    hash of the name: `Ana María` -> `Ana_María-1f0c2d3e`, so `Ana María` and `Ana_María` stay
+    two students. Names are compared in Unicode NFC: a name spelled decomposed (as macOS writes
+    file names) is the same name as its composed spelling.
+    """
+    name = unicodedata.normalize("NFC", raw)
+    cleaned = _NOT_ID.sub("_", name).strip("_.-")[:80]
+    if cleaned and cleaned == name:
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return f"{cleaned or 'student'}-{digest}"
+
+
+_student_id = student_id  # the old name
+
+# What an LMS or a browser appends to a file uploaded twice: " (1)", "-1", "-Copy1", "_v2"
+_COPY_MARK = re.compile(r"^[\s_.-]*(\(\d+\)|\d{1,3}|v\d{1,3}|copy\s*\d*)$", re.IGNORECASE)
+
+
+def _flat_name(stem: str, assignment: str) -> str:
+    """The student part of a flat file name, without the assignment id and upload copy marks."""
+    before, _, after = stem.partition(assignment)
+    if _COPY_MARK.match(after) or not after.strip(" _.-"):
+        after = ""
+    return f"{before.strip(' _.-')} {after.strip(' _.-')}".strip()
 
 
 def discover(
@@ -39,77 +89,294 @@ def discover(
         raise ValueError(f"PATH must be a folder of submissions, got {path}")
     if (path / "submitted").is_dir():
         path = path / "submitted"
-    subs, problems = [], []
+    found: list[tuple[str, str, Path]] = []  # (raw name, assignment, file)
+    problems = []
     for student_dir in sorted(p for p in path.iterdir() if p.is_dir()):
         for a_dir in sorted(p for p in student_dir.iterdir() if p.is_dir()):
             if a_dir.name not in known:
-                problems.append(f"{a_dir}: not a course assignment ({', '.join(known)})")
+                if not a_dir.name.startswith("."):
+                    problems.append(f"{a_dir}: not a course assignment ({', '.join(known)})")
                 continue
             notebooks = sorted(a_dir.glob("*.ipynb"))
-            exact = a_dir / f"{a_dir.name}.ipynb"
-            if exact in notebooks:
-                notebooks = [exact]
-            if len(notebooks) != 1:
-                problems.append(f"{a_dir}: expected one notebook, found {len(notebooks)}")
-                continue
-            subs.append(Submission(_student_id(student_dir.name), a_dir.name, notebooks[0]))
+            if not notebooks:
+                problems.append(f"{a_dir}: no notebook in this folder")
+            found += [(student_dir.name, a_dir.name, nb) for nb in notebooks]
     for nb_path in sorted(path.glob("*.ipynb")):
         stem = nb_path.stem
         match = max((a for a in known if a in stem), key=len, default=None)
         if match is not None:
-            student = stem.replace(match, " ")
+            raw = _flat_name(stem, match)
         elif assignment is not None:
-            student = stem
+            raw = stem
         else:
             problems.append(
                 f"{nb_path.name}: no assignment id in the file name; pass --assignment "
                 f"(one of {', '.join(known)})"
             )
             continue
-        subs.append(Submission(_student_id(student), match or assignment, nb_path))
+        if not raw:
+            problems.append(f"{nb_path.name}: no student name in the file name")
+            continue
+        found.append((raw, match or assignment, nb_path))
     if assignment is not None:
-        subs = [s for s in subs if s.assignment == assignment]
-    seen: dict[tuple[str, str], Submission] = {}
-    for sub in subs:
-        key = (sub.student, sub.assignment)
-        if key in seen:
-            problems.append(f"{sub.path}: second submission of {key[0]}/{key[1]} (kept the first)")
-        else:
-            seen[key] = sub
-    return list(seen.values()), problems
+        found = [f for f in found if f[1] == assignment]
+    groups: dict[tuple[str, str], list[tuple[str, Path]]] = {}
+    for raw, a, nb_path in found:
+        groups.setdefault((student_id(raw), a), []).append((raw, nb_path))
+    subs = []
+    for (sid, a), uploads in groups.items():
+        newest_first = sorted(uploads, key=lambda u: _upload_order(u[1], a), reverse=True)
+        (raw, graded), rest = newest_first[0], newest_first[1:]
+        subs.append(Submission(sid, a, graded, tuple(p for _, p in rest), raw))
+    subs.sort(key=lambda s: (s.student, known.index(s.assignment)))
+    return subs, problems
+
+
+def _upload_order(path: Path, assignment: str) -> tuple:
+    """Newest first; on equal times the file named exactly <assignment>.ipynb, then by name."""
+    return (path.stat().st_mtime_ns, path.name == f"{assignment}.ipynb", str(path))
+
+
+def upload_notes(sub: Submission) -> list[str]:
+    """One line per upload of `sub` that is not graded (older than the graded one)."""
+    return [
+        f"{OLDER_UPLOAD} {other.name} (graded the newest upload, {sub.path.name})"
+        for other in sub.others
+    ]
+
+
+def attach_submission_info(results: list[dict], subs: list[Submission]) -> None:
+    """Give each result the student's name as found, and name the uploads that were left out in
+    its problems (replacing the notes of an earlier run, so they never pile up)."""
+    by_key = {(s.student, s.assignment): s for s in subs}
+    for res in results:
+        sub = by_key.get((res["student"], res["assignment"]))
+        kept = [p for p in res.get("problems", []) if not p.startswith(OLDER_UPLOAD)]
+        res["problems"] = (upload_notes(sub) if sub else []) + kept
+        if sub and sub.name:
+            res["name"] = sub.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a notebook
+# ---------------------------------------------------------------------------------------------
+
+
+def source_text(source) -> str:
+    """A cell's source (or an output's text) as one string: nbformat's lists of lines joined."""
+    if isinstance(source, list | tuple):
+        return "".join(str(s) for s in source)
+    return source if isinstance(source, str) else ""
+
+
+def _invalid(why: str) -> ValueError:
+    return ValueError(f"not a notebook Jupyter can open: {why}")
+
+
+def _first_line(exc: Exception, limit: int = 200) -> str:
+    text = str(getattr(exc, "message", None) or exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _read(path: Path) -> tuple[nbformat.NotebookNode, list[str]]:
+    """nbformat.reads(as_version=4), upgraded to nbformat 4.5; notes on ids nbformat repaired."""
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise _invalid("the file is not UTF-8 text (a binary file, or another encoding)") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _invalid(f"the file is not JSON ({exc})") from None
+    if not isinstance(raw, dict) or "nbformat" not in raw:
+        raise _invalid("JSON, but not a notebook (no 'nbformat' field)")
+    errors: dict = {}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            nb = nbformat.reads(text, as_version=4, capture_validation_error=errors)
+            minor = nb.get("nbformat_minor", 0)
+            if minor < 5:  # ids came with nbformat 4.5: give every cell one, as nbformat does
+                nb = nbformat.v4.upgrade(nb, from_version=4, from_minor=minor)
+                errors.clear()
+                nbformat.validate(nb)
+        except nbformat.ValidationError as exc:
+            raise _invalid(_first_line(exc)) from None
+        except Exception as exc:  # NBFormatError (nbformat 5, 2.x), a broken v3 worksheet ...
+            raise _invalid(f"{type(exc).__name__}: {_first_line(exc)}") from None
+    if errors.get("ValidationError") is not None:
+        raise _invalid(_first_line(errors["ValidationError"]))
+    repaired = [w for w in seen if w.category.__name__ == "DuplicateCellId"]
+    notes = []
+    if repaired:
+        notes.append(
+            f"{len(repaired)} cell(s) had the id of another cell (a cell copied and pasted); "
+            "gave them new ids"
+        )
+    return nb, notes
 
 
 def read_notebook(path: Path):
-    """The notebook at `path`, or raise ValueError saying why it cannot be graded."""
-    try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not a valid notebook (JSON error: {exc})") from None
-    try:
-        nb = nbformat.from_dict(raw)
-        nb = nbformat.convert(nb, 4) if nb.get("nbformat", 4) != 4 else nb
-        nbformat.validate(nb)
-    except Exception as exc:
-        raise ValueError(f"not a valid notebook ({type(exc).__name__}: {exc})") from None
-    return nb
+    """The notebook at `path` as nbformat 4.5; ValueError (the reason) when it is not one."""
+    return _read(path)[0]
+
+
+def read_submission(path: Path, release) -> tuple[nbformat.NotebookNode, list[str]]:
+    """Read and `prepare` a submission: the notebook to grade and one note per repair made.
+
+    Raises ValueError (one line, the reason) for a file that is not a notebook. This is what the
+    worker calls in place of read_notebook + restore_locked_cells, so that the notes reach the
+    result; read_notebook and restore_locked_cells alone repair the same, silently.
+    """
+    nb, notes = _read(path)
+    return nb, notes + prepare(nb, release)
+
+
+# ---------------------------------------------------------------------------------------------
+# Repairs: what tooling does to an honest student's notebook
+# ---------------------------------------------------------------------------------------------
+
+
+def _meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {}) or {}
 
 
 def _grade_id(cell) -> str | None:
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    return _meta(cell).get("grade_id")
+
+
+def _is_nbgrader_cell(cell) -> bool:
+    meta = _meta(cell)
+    return bool(meta.get("grade_id")) and bool(
+        meta.get("grade") or meta.get("solution") or meta.get("locked") or meta.get("task")
+    )
+
+
+_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def unique_cell_ids(nb) -> int:
+    """Give every cell a valid id no other cell has (the first keeps its own); returns how many."""
+    seen: set[str] = set()
+    changed = 0
+    for idx, cell in enumerate(nb.cells):
+        cid = cell.get("id")
+        if isinstance(cid, str) and _ID.match(cid) and cid not in seen:
+            seen.add(cid)
+            continue
+        base = re.sub(r"[^a-zA-Z0-9_-]", "-", cid)[:56] if isinstance(cid, str) and cid else ""
+        base = base or f"cell-{idx:03d}"
+        new, k = base, 1
+        while new in seen:
+            k += 1
+            new = f"{base}-{k}"
+        cell["id"] = new
+        seen.add(new)
+        changed += 1
+    return changed
+
+
+def _release_copy(nb, idxs: list[int], gid: str, release) -> int:
+    """Of the cells `idxs` carrying `gid`, the one in the release's place, else an unedited one."""
+    order = [_grade_id(c) for c in release.cells if _is_nbgrader_cell(c)]
+    rel = next((c for c in release.cells if _grade_id(c) == gid), None)
+    counts: dict[str, int] = {}
+    for c in nb.cells:
+        if _is_nbgrader_cell(c):
+            counts[_grade_id(c)] = counts.get(_grade_id(c), 0) + 1
+    where = {_grade_id(c): i for i, c in enumerate(nb.cells) if _is_nbgrader_cell(c)}
+    lo, hi = -1, len(nb.cells)
+    if gid in order:
+        k = order.index(gid)
+        prev = [g for g in order[:k] if counts.get(g) == 1]
+        nxt = [g for g in order[k + 1 :] if counts.get(g) == 1]
+        lo = where[prev[-1]] if prev else -1
+        hi = where[nxt[0]] if nxt else len(nb.cells)
+
+    def rank(i: int):
+        in_place = lo < i < hi
+        unedited = rel is not None and source_text(nb.cells[i].source) == source_text(rel.source)
+        return (in_place, unedited, -i)
+
+    return max(idxs, key=rank)
+
+
+def _dedupe_grade_ids(nb, release) -> list[str]:
+    """Cells that carry the same nbgrader grade_id (copied and pasted): one of each is kept.
+
+    nbgrader would keep the last copy's metadata, blank the others' and then fail the whole
+    notebook on the blank metadata (SchemaTooOldError). A locked or test cell is kept once, the
+    release's copy; the other copies are removed. An answer cell is code the student wrote: all
+    copies stay and run in order, the last one keeps the answer cell's metadata.
+    """
+    groups: dict[str, list[int]] = {}
+    for i, cell in enumerate(nb.cells):
+        if _is_nbgrader_cell(cell):
+            groups.setdefault(_grade_id(cell), []).append(i)
+    notes, drop = [], set()
+    release_meta = {_grade_id(c): _meta(c) for c in release.cells if _is_nbgrader_cell(c)}
+    for gid, idxs in groups.items():
+        if len(idxs) < 2:
+            continue
+        meta = release_meta.get(gid) or _meta(nb.cells[idxs[-1]])
+        n = len(idxs)
+        if meta.get("solution") and not meta.get("locked"):
+            for i in idxs[:-1]:
+                del nb.cells[i].metadata["nbgrader"]
+            notes.append(
+                f"cell {gid}: the answer cell appears {n} times (copied and pasted); all copies "
+                "ran in order, as written"
+            )
+            continue
+        keep = _release_copy(nb, idxs, gid, release)
+        drop.update(i for i in idxs if i != keep)
+        kind = "test cell" if meta.get("grade") else "locked cell"
+        notes.append(
+            f"cell {gid}: the {kind} appears {n} times (copied and pasted); graded once, "
+            "the release's copy"
+        )
+    if drop:
+        nb.cells = [c for i, c in enumerate(nb.cells) if i not in drop]
+    return notes
+
+
+_NBGRADER_KEYS = ("grade", "grade_id", "locked", "points", "schema_version", "solution", "task")
+
+
+def _restore_metadata(nb, release) -> list[str]:
+    """nbgrader metadata of a release cell that was changed (another nbgrader, an editor): put back.
+
+    nbgrader fails the whole notebook on a schema_version it does not know, or a flag it does not
+    expect; the release's metadata is what the cell must carry.
+    """
+    release_meta = {_grade_id(c): _meta(c) for c in release.cells if _is_nbgrader_cell(c)}
+    notes = []
+    for cell in nb.cells:
+        want = release_meta.get(_grade_id(cell)) if _is_nbgrader_cell(cell) else None
+        have = _meta(cell)
+        if want and any(have.get(k) != want.get(k) for k in _NBGRADER_KEYS):
+            cell.metadata["nbgrader"] = copy.deepcopy(want)
+            notes.append(f"cell {_grade_id(cell)}: its nbgrader metadata was changed; restored")
+    return notes
 
 
 def restore_locked_cells(nb, release) -> list[str]:
     """Put back locked cells of the release that the student deleted; returns what was restored.
 
     nbgrader overwrites edited locked cells from the gradebook, but a deleted test cell would simply
-    not run. Restoring it keeps the grade honest (its tests run) and the student is told.
+    not run. Restoring it keeps the grade honest (its tests run) and the student is told. Cells
+    that appear twice are first made single (see _dedupe_grade_ids), as nbgrader needs.
     """
+    _dedupe_grade_ids(nb, release)
+    _restore_metadata(nb, release)
     present = {_grade_id(c) for c in nb.cells}
     restored = []
     order = [_grade_id(c) for c in release.cells]
     for idx, cell in enumerate(release.cells):
         gid = _grade_id(cell)
-        meta = cell.metadata.get("nbgrader", {})
+        meta = _meta(cell)
         if gid is None or gid in present or not (meta.get("locked") or meta.get("grade")):
             continue
         # insert after the nearest earlier release cell that the submission still has
@@ -122,8 +389,32 @@ def restore_locked_cells(nb, release) -> list[str]:
         nb.cells.insert(pos, copy.deepcopy(cell))
         present.add(gid)
         restored.append(gid)
+    unique_cell_ids(nb)  # a restored cell brings the release's id, which a student cell may have
     return restored
 
+
+def prepare(nb, release) -> list[str]:
+    """Repair what tooling did to an honest student's notebook; one line per repair.
+
+    Cell ids made unique, grade ids that appear twice made single (_dedupe_grade_ids), changed
+    nbgrader metadata of release cells put back, deleted locked cells restored. The notebook is
+    changed in place; what the student wrote is kept.
+    """
+    notes = []
+    if unique_cell_ids(nb):
+        notes.append("cells had the id of another cell (a cell copied and pasted); gave new ids")
+    notes += _dedupe_grade_ids(nb, release)
+    notes += _restore_metadata(nb, release)
+    notes += [
+        f"cell {gid}: locked cell was deleted; restored from the release"
+        for gid in restore_locked_cells(nb, release)
+    ]
+    return notes
+
+
+# ---------------------------------------------------------------------------------------------
+# Tampering, long outputs, one-line causes
+# ---------------------------------------------------------------------------------------------
 
 # Names whose attributes a submission must not reassign: the grading depends on them.
 _PROTECTED_ROOTS = {"numpy", "np", "course_utils", "cu", "builtins", "sys", "scipy", "math"}
@@ -137,11 +428,13 @@ def find_tampering(nb) -> list[str]:
     """
     found = []
     for idx, cell in enumerate(nb.cells):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type != "code" or meta.get("locked") or meta.get("grade"):
+        meta = _meta(cell)
+        if cell.get("cell_type") != "code" or meta.get("locked") or meta.get("grade"):
             continue
         source = "\n".join(
-            line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!"))
+            line
+            for line in source_text(cell.get("source")).splitlines()
+            if not line.lstrip().startswith(("%", "!"))
         )
         try:
             tree = ast.parse(source)
@@ -194,15 +487,79 @@ def truncate_outputs(nb, limit: int = 64_000) -> list[str]:
     cut = []
     for idx, cell in enumerate(nb.cells):
         for out in cell.get("outputs", []):
-            text = out.get("text")
-            if isinstance(text, str) and len(text) > limit:
+            text = source_text(out.get("text"))
+            if len(text) > limit:
                 out["text"] = text[:limit] + f"\n... [output cut: {len(text):,} characters]\n"
                 cut.append(_grade_id(cell) or f"#{idx}")
             data = out.get("data", {})
-            plain = data.get("text/plain")
-            if isinstance(plain, str) and len(plain) > limit:
+            plain = source_text(data.get("text/plain"))
+            if len(plain) > limit:
                 data["text/plain"] = plain[:limit] + "\n... [output cut]"
                 cut.append(_grade_id(cell) or f"#{idx}")
             if len(out.get("traceback", [])) > 200:
                 out["traceback"] = out["traceback"][:100] + ["... [traceback cut]"]
     return sorted(set(cut))
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# The last line of a traceback: "KeyError: 'grade_id'", "nbformat.reader.NotJSONError: ..."
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b:?")
+_FRAME = re.compile(r'^File "(?P<file>[^"]+)", line (?P<line>\d+)')
+_LOG_ERROR = re.compile(r"^\[(?:\w+ \| )?(?:ERROR|CRITICAL)\]\s*(?P<msg>.*)")
+# nbgrader's closing words, which say nothing about the cause
+_NOISE = (
+    "Please see the the above traceback",
+    "Please see the above traceback",
+    "There was an error",
+)
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def cause_line(text: str, limit: int = 300) -> str:
+    """The one line of a log or traceback that names the cause.
+
+    The last exception of a traceback (with the file it was raised in), else the first error
+    message of an nbgrader log (its continuation lines joined), else the last line.
+    """
+    lines = [_ANSI.sub("", ln).rstrip() for ln in str(text).splitlines()]
+    stripped = [ln.strip() for ln in lines]
+    for i in range(len(stripped) - 1, -1, -1):
+        ln = stripped[i]
+        if not _EXCEPTION.match(ln) or any(n in ln for n in _NOISE):
+            continue
+        for more in stripped[i + 1 :]:  # a message that goes on over several lines
+            if not more or more.startswith(("File ", "Traceback", "During handling", "[")):
+                break
+            ln += " " + more
+        ln = re.sub(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Z]\w*:)", "", ln)  # nbgrader.x.y.Error -> Error
+        where = next((m for m in map(_FRAME.match, reversed(stripped[:i])) if m), None)
+        if where:
+            path = where["file"].split("site-packages/")[-1]
+            ln += f" (in {Path(path).name if path.startswith('/') else path}, line {where['line']})"
+        return _short(ln, limit)
+    for i, ln in enumerate(stripped):
+        m = _LOG_ERROR.match(ln)
+        if not m or not m["msg"] or any(n in m["msg"] for n in _NOISE):
+            continue
+        msg = [m["msg"]]
+        for cont, raw in zip(stripped[i + 1 :], lines[i + 1 :], strict=True):
+            if not cont or not raw[:1].isspace():
+                break
+            msg.append(cont)
+        return _short(" ".join(msg), limit)
+    rest = [ln for ln in stripped if ln]
+    return _short(rest[-1], limit) if rest else "no message"
+
+
+def one_line(problem: str) -> str:
+    """A problem as one line: `<what failed>: <the cause>` out of a multi-line log tail."""
+    if "\n" not in problem:
+        return problem
+    head, sep, rest = problem.partition(": ")
+    if sep and "\n" not in head and len(head) <= 60:
+        return f"{head}: {cause_line(rest)}"
+    return cause_line(problem)

@@ -1,10 +1,12 @@
 """Grade one submission in a scratch course directory (run as a subprocess by graders.grade).
 
     python -m graders.worker '{"student": ..., "assignment": ..., "path": ..., "template": ...,
-                               "out": ..., "timeout": ...}'
+                               "out": ..., "timeout": ..., "memory_gb": ..., "sandbox": true}'
 
 Each submission gets its own copy of the course directory and gradebook, so a submission that
-crashes, hangs or fills memory cannot touch another one. The result is written as JSON to
+crashes, hangs or fills memory cannot touch another one. With "sandbox" (the default) the
+notebook's kernel runs in graders.sandbox's bubblewrap sandbox; this process, which runs nbgrader
+and writes the gradebook, stays outside it. The result is written as JSON to
 <out>/results/<student>/<assignment>.json and printed.
 """
 
@@ -22,7 +24,8 @@ import nbformat
 
 from course_utils.checks._core import misconception_slug
 
-from . import pipeline
+from . import pipeline, student_build
+from .execute import KERNEL_DIED, NOT_STOPPED, TIMED_OUT
 from .submissions import find_tampering, read_notebook, restore_locked_cells, truncate_outputs
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -86,7 +89,11 @@ def grade_one(job: dict) -> dict:
         result["problems"].append(f"cell {gid}: locked cell was deleted; restored from the release")
     tampering = find_tampering(nb)
     pipeline.submit(scratch, student, assignment, nb)
-    outcome = pipeline.autograde(scratch, assignment, student, timeout=job.get("timeout"))
+    if job.get("sandbox", True):  # the kernel imports course_utils with every answer a stub
+        job = {**job, "package": str(student_build.build(scratch / "student_build", assignment))}
+    outcome = pipeline.autograde(
+        scratch, assignment, student, timeout=job.get("timeout"), sandbox=sandbox_settings(job)
+    )
     if not outcome.get("success"):
         log = outcome.get("error") or outcome.get("log") or ""
         tail = "\n".join(log.strip().splitlines()[-3:])
@@ -106,14 +113,23 @@ def grade_one(job: dict) -> dict:
             result["cells"][gid] = {"score": score, "max_score": max_score, **rep}
     result["score"], result["max_score"] = got["score"], got["max_score"]
     for cell in graded_nb.cells:
-        died = [o for o in cell.get("outputs", []) if o.get("ename") == "KernelDied"]
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id", "an answer cell")
+        died = [o for o in cell.get("outputs", []) if o.get("ename") == KERNEL_DIED]
         if died and not died[0].get("evalue", "").startswith("not run"):
-            gid = cell.metadata.get("nbgrader", {}).get("grade_id", "an answer cell")
             result["problems"].append(f"cell {gid}: the kernel died here; later cells scored 0")
-    if tampering:
+        stuck = [
+            o
+            for o in cell.get("outputs", [])
+            if o.get("ename") == TIMED_OUT and NOT_STOPPED in o.get("evalue", "")
+        ]
+        if stuck:
+            result["problems"].append(
+                f"cell {gid}: ran past the time limit and ignored the interrupt; the kernel was "
+                "stopped, later cells scored 0"
+            )
+    if tampering:  # the scores stand (computed in this process); the instructor takes a look
         result["status"] = "needs-review"
-        result["problems"] += [f"tampering, score withheld: {t}" for t in tampering]
-        result["score"] = 0.0
+        result["problems"] += [f"patches course or library code, to review: {t}" for t in tampering]
     feedback = pipeline.feedback(scratch, assignment, student)
     if feedback is not None:
         dest = out / "feedback" / student / f"{assignment}.html"
@@ -121,6 +137,17 @@ def grade_one(job: dict) -> dict:
         shutil.copyfile(feedback, dest)
         result["feedback"] = str(dest.relative_to(out))
     return _finish(result, start, out)
+
+
+def sandbox_settings(job: dict) -> dict | None:
+    """SandboxKernelManager settings for this job, or None when it runs without a sandbox."""
+    if not job.get("sandbox", True):
+        return None
+    hidden = [job["out"], job["template"], str(Path(job["path"]).resolve().parent)]
+    settings = {"memory_gb": float(job.get("memory_gb") or 0.0), "hidden": hidden}
+    if job.get("package"):
+        settings["package_dir"] = job["package"]
+    return settings
 
 
 def _finish(result: dict, start: float, out: Path) -> dict:

@@ -1,0 +1,139 @@
+"""Near-copies among a class's answers, and of the course's own code, for the instructor to review.
+
+Only the student-editable answer cells (nbgrader solution cells) are compared, with copydetect
+(https://github.com/blingenf/copydetect): the code is tokenized (names become V, F, O, strings
+S, comments and layout dropped), k-grams of tokens are hashed and winnowed (the method of MOSS),
+and what the release gave every student (the answer cells' stubs: signatures, docstrings, `raise
+NotImplementedError()`) is removed as boilerplate. For a pair, the share of each answer's tokens
+found in the other is reported.
+
+    two students   listed when each has at least `threshold` of its answer in the other's;
+    the course     listed when a student has `threshold` of the answer in the course's reference
+                   code: the instructor solution's answer cells, or a course_utils/*.py file.
+
+A pair is a question for the instructor, not a verdict: short exercises leave little room to
+differ, and the report says so. Without copydetect (pip install copydetect) nothing is compared.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+
+import nbformat
+
+from . import pipeline
+from .submissions import read_notebook, source_text
+
+THRESHOLD = 0.8  # share of an answer's tokens found in the other one
+MIN_TOKENS = 50  # answers shorter than this (after the stubs are removed) are not compared
+
+
+@dataclass(frozen=True)
+class Pair:
+    assignment: str
+    student: str
+    other: str  # another student's id, or "reference: solutions" / "reference: course_utils/x.py"
+    share: float  # share of the student's answer tokens found in `other`
+    other_share: float | None  # share of the other's tokens found in the student's (None: a file)
+
+    @property
+    def reference(self) -> bool:
+        return self.other.startswith("reference: ")
+
+
+def answer_code(nb) -> str:
+    """The code of the notebook's answer cells (nbgrader solution cells), magics left out."""
+    parts = []
+    for cell in nb.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {}) or {}
+        if cell.get("cell_type") == "code" and meta.get("solution") and not meta.get("locked"):
+            lines = source_text(cell.get("source")).splitlines()
+            parts.append("\n".join(ln for ln in lines if not ln.lstrip().startswith(("%", "!"))))
+    return "\n\n".join(parts)
+
+
+def reference_sources(assignment: str, root: Path = pipeline.REPO) -> dict[str, str]:
+    """The course's own code a student could copy: the solution's answers, course_utils/*.py."""
+    solution = nbformat.read(root / "solutions" / assignment / f"{assignment}.ipynb", 4)
+    code = answer_code(solution)
+    refs = {
+        "solutions": "\n".join(
+            ln
+            for ln in code.splitlines()
+            if ln.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")
+        )
+    }
+    for path in sorted((root / "course_utils").glob("*.py")):
+        refs[f"course_utils/{path.name}"] = path.read_text(encoding="utf-8")
+    return refs
+
+
+def available() -> str | None:
+    """None when copydetect can be used, else why not (one line for the report)."""
+    try:
+        import copydetect  # noqa: F401
+    except ImportError:
+        return "copydetect is not installed (pip install copydetect): answers were not compared"
+    return None
+
+
+def _fingerprint(code: str, boilerplate=None):
+    from copydetect import CodeFingerprint
+    from copydetect.defaults import GUARANTEE_THRESHOLD, NOISE_THRESHOLD
+
+    return CodeFingerprint(
+        "answer.py",
+        k=NOISE_THRESHOLD,
+        win_size=max(1, GUARANTEE_THRESHOLD - NOISE_THRESHOLD + 1),
+        boilerplate=boilerplate,
+        fp=io.StringIO(code),
+        language="python",
+    )
+
+
+def _shares(a, b) -> tuple[float, float]:
+    from copydetect import compare_files
+
+    _, (sa, sb), _ = compare_files(a, b)
+    return float(sa), float(sb)
+
+
+def similar_pairs(
+    results: list[dict], threshold: float = THRESHOLD, root: Path = pipeline.REPO
+) -> list[Pair]:
+    """The pairs to review among `results` (graded submissions), most similar first."""
+    import numpy as np
+
+    if available() is not None:
+        return []
+    pairs: list[Pair] = []
+    for assignment in sorted({r["assignment"] for r in results}):
+        release = nbformat.read(root / "notebooks" / assignment / f"{assignment}.ipynb", 4)
+        stub = _fingerprint(answer_code(release))
+        boilerplate = np.unique(np.array(list(stub.hashes), dtype=np.int64))
+        prints = {}
+        for r in sorted(results, key=lambda r: r["student"]):
+            if r["assignment"] != assignment or r["status"] == "invalid-notebook":
+                continue
+            try:
+                code = answer_code(read_notebook(Path(r["source"])))
+            except (OSError, ValueError):
+                continue
+            fp = _fingerprint(code, boilerplate)
+            if fp.token_coverage >= MIN_TOKENS:
+                prints[r["student"]] = fp
+        for name, text in reference_sources(assignment, root).items():
+            ref = _fingerprint(text, boilerplate)
+            for student, fp in prints.items():
+                share, _ = _shares(fp, ref)
+                if share >= threshold:
+                    pairs.append(Pair(assignment, student, f"reference: {name}", share, None))
+        for (s1, f1), (s2, f2) in combinations(sorted(prints.items()), 2):
+            a, b = _shares(f1, f2)
+            if min(a, b) >= threshold:
+                pairs.append(Pair(assignment, s1, s2, a, b))
+    pairs.sort(key=lambda p: (-min(p.share, p.other_share or p.share), p.assignment, p.student))
+    return pairs

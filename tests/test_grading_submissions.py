@@ -1,0 +1,470 @@
+"""The grader's handling of real notebook files and folders, without running nbgrader autograde.
+
+Reading what Jupyter writes (lists of lines, every nbformat 4 minor, nbformat 3), clear reasons
+for files that are not notebooks, the repairs of an honest student's tooling accidents, student
+ids from any name, the newest of several uploads, one-line causes, a feedback page and a results
+file for every status, and the similarity of answers. Fast: these run with the unit tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import html
+import json
+import os
+import re
+import time
+import unicodedata
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from graders import bank, pipeline, similarity
+from graders.report import fallback_feedback, finalize
+from graders.submissions import (
+    OLDER_UPLOAD,
+    attach_submission_info,
+    cause_line,
+    discover,
+    find_tampering,
+    one_line,
+    prepare,
+    read_notebook,
+    read_submission,
+    source_text,
+    student_id,
+    truncate_outputs,
+)
+
+ASSIGNMENTS = pipeline.assignments()
+A = "01_online_softmax"
+
+pytestmark = pytest.mark.skipif(A not in ASSIGNMENTS, reason="notebook 01 missing")
+
+
+def _gid(cell):
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _release(assignment=A):
+    return nbformat.read(bank.release_path(assignment), 4)
+
+
+def _write(path: Path, nb, how="nbformat") -> Path:
+    bank.save_notebook(nb, path, how)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading what Jupyter writes
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_released_notebooks_read_as_nbformat_reads_them(assignment):
+    """The files students get store sources as lists of lines; every consumer gets strings."""
+    path = bank.release_path(assignment)
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    assert any(isinstance(c["source"], list) for c in raw["cells"])  # as every Jupyter saves
+    nb = read_notebook(path)
+    assert nb == nbformat.reads(path.read_text(encoding="utf-8"), as_version=4)
+    assert all(isinstance(c.source, str) for c in nb.cells)
+    assert find_tampering(nb) == []
+    notes = prepare(nb, _release(assignment))
+    assert notes == []  # nothing to repair in the release itself
+
+
+def test_list_sources_from_a_plain_dict_work_too():
+    """A notebook built from JSON without nbformat's rejoin (lists of lines) is read as well."""
+    raw = json.loads(bank.release_path(A).read_text(encoding="utf-8"))
+    nb = nbformat.from_dict(raw)
+    assert isinstance(nb.cells[0].source, list)
+    assert find_tampering(nb) == []
+    cell = next(c for c in nb.cells if (c.metadata.get("nbgrader") or {}).get("solution"))
+    cell.source = ["import numpy as np\n", "np.allclose = lambda *a, **k: True\n"]
+    assert find_tampering(nb) == [f"cell {_gid(cell)}: np.allclose = lambda *a, **k: True"]
+    cell.outputs = [{"output_type": "stream", "name": "stdout", "text": ["x" * 70_000, "y\n"]}]
+    assert truncate_outputs(nb) == [_gid(cell)]
+    assert source_text(["a\n", "b"]) == "a\nb" and source_text("c") == "c"
+
+
+@pytest.mark.parametrize("how", ["nbformat", "nbformat-4.4", "nbformat-v3", "json"])
+def test_every_format_jupyter_writes_is_read_as_nbformat_4_5(tmp_path, how):
+    solved = pipeline.solved_notebook(A)
+    path = _write(tmp_path / "x.ipynb", solved, how)
+    nb, notes = read_submission(path, _release())
+    assert notes == []
+    assert (nb.nbformat, nb.nbformat_minor) == (4, 5)
+    ids = [c["id"] for c in nb.cells]
+    assert len(set(ids)) == len(ids) and all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", i) for i in ids)
+    answers = {_gid(c): c.source for c in solved.cells if _gid(c)}
+    assert {_gid(c): c.source for c in nb.cells if _gid(c)} == answers
+
+
+def test_outputs_widget_state_and_attachments_are_kept(tmp_path):
+    path = _write(tmp_path / "x.ipynb", bank.with_outputs(pipeline.solved_notebook(A)))
+    nb = read_notebook(path)
+    assert "application/vnd.jupyter.widget-state+json" in nb.metadata["widgets"]
+    assert any(c.get("attachments") for c in nb.cells)
+    assert any(o.output_type == "display_data" for c in nb.cells for o in c.get("outputs", []))
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"{ this is not a notebook", "the file is not JSON (Expecting property name"),
+        (bytes(range(256)), "not UTF-8 text"),
+        (b"[1, 2]", "no 'nbformat' field"),
+        (b"{}", "no 'nbformat' field"),
+        (b'{"nbformat": 5, "nbformat_minor": 0, "cells": []}', "Unsupported nbformat version 5"),
+        (b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}}', "missing an expected key: cells"),
+        (
+            b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, '
+            b'"cells": [{"cell_type": "code", "id": "a", "metadata": {}}]}',
+            "'source' is a required property",
+        ),
+    ],
+    ids=["not-json", "binary", "json-list", "empty-object", "nbformat-5", "no-cells", "no-source"],
+)
+def test_a_file_that_is_not_a_notebook_gets_a_one_line_reason(tmp_path, content, reason):
+    path = tmp_path / "x.ipynb"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as info:
+        read_notebook(path)
+    message = str(info.value)
+    assert message.startswith("not a notebook Jupyter can open: ") and "\n" not in message
+    assert reason in message, message
+
+
+def test_a_utf8_byte_order_mark_is_fine(tmp_path):
+    path = tmp_path / "x.ipynb"
+    path.write_bytes(b"\xef\xbb\xbf" + bank.release_path(A).read_bytes())
+    assert read_notebook(path).cells
+
+
+# ---------------------------------------------------------------------------------------------
+# Repairs: an honest student's tooling accidents
+# ---------------------------------------------------------------------------------------------
+
+
+def _first_exercise():
+    return next(e for e in bank.exercises(A) if e.function)
+
+
+def test_an_answer_cell_pasted_twice_runs_both_copies(tmp_path):
+    ex = _first_exercise()
+    nb = pipeline.solved_notebook(A)
+    i = next(i for i, c in enumerate(nb.cells) if _gid(c) == ex.answer)
+    nb.cells.insert(i + 1, copy.deepcopy(nb.cells[i]))  # same id, same nbgrader metadata
+    nb.cells[i].source = "# my first try\n"
+    got, notes = read_submission(_write(tmp_path / "x.ipynb", nb, "json"), _release())
+    assert len(got.cells) == len(nb.cells)  # nothing the student wrote is dropped
+    assert [c.source for c in got.cells] == [c.source for c in nb.cells]
+    assert [i for i, c in enumerate(got.cells) if _gid(c) == ex.answer] == [i + 1]
+    ids = [c["id"] for c in got.cells]
+    assert len(set(ids)) == len(ids)
+    assert notes == [
+        "1 cell(s) had the id of another cell (a cell copied and pasted); gave them new ids",
+        f"cell {ex.answer}: the answer cell appears 2 times (copied and pasted); all copies ran "
+        "in order, as written",
+    ]
+
+
+@pytest.mark.parametrize("where", ["below", "end", "above-the-answer"])
+def test_a_test_cell_pasted_twice_is_graded_once_in_the_releases_place(where):
+    ex = _first_exercise()
+    test = ex.tests[0]
+    nb = pipeline.solved_notebook(A)
+    i = next(i for i, c in enumerate(nb.cells) if _gid(c) == test)
+    pasted = copy.deepcopy(nb.cells[i])
+    pasted["id"] = "pasted"
+    pasted.source = "# edited copy\n" + pasted.source
+    answer_at = next(k for k, c in enumerate(nb.cells) if _gid(c) == ex.answer)
+    at = {"below": i + 1, "end": len(nb.cells), "above-the-answer": answer_at}[where]
+    nb.cells.insert(at, pasted)
+    notes = prepare(nb, _release())
+    kept = [c for c in nb.cells if _gid(c) == test]
+    assert len(kept) == 1 and kept[0]["id"] != "pasted"  # the release's copy
+    order = [_gid(c) for c in nb.cells if _gid(c)]
+    assert order.index(ex.answer) < order.index(test)
+    assert notes == [
+        f"cell {test}: the test cell appears 2 times (copied and pasted); graded once, the "
+        "release's copy"
+    ]
+
+
+def test_changed_nbgrader_metadata_and_a_deleted_test_cell_are_put_back():
+    ex = _first_exercise()
+    nb = pipeline.solved_notebook(A)
+    cell = next(c for c in nb.cells if _gid(c) == ex.tests[0])
+    cell.metadata["nbgrader"]["schema_version"] = 99
+    other = next(e for e in bank.exercises(A) if e.tests and e.answer != ex.answer)
+    nb.cells.remove(next(c for c in nb.cells if _gid(c) == other.tests[0]))
+    notes = prepare(nb, _release())
+    assert cell.metadata["nbgrader"]["schema_version"] == 3
+    assert f"cell {ex.tests[0]}: its nbgrader metadata was changed; restored" in notes
+    assert f"cell {other.tests[0]}: locked cell was deleted; restored from the release" in notes
+    assert [_gid(c) for c in nb.cells if _gid(c)] == [_gid(c) for c in _release().cells if _gid(c)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Student ids, and the newest of several uploads
+# ---------------------------------------------------------------------------------------------
+
+NAMES = [
+    "alice",
+    "José",
+    "张伟",
+    "Ana María",
+    "Ana_María",
+    "Ana-María",
+    "a+b",
+    "a b",
+    "a_b",
+    ".hidden",
+    "x*y[1]?",
+    "O'Brien, Seán",
+    "Müller",
+    "12345",
+    "",
+    "دانيال",
+    "Ωmega",
+]
+
+
+def test_student_ids_keep_names_and_never_merge_two():
+    ids = [student_id(n) for n in NAMES]
+    assert len(set(ids)) == len(NAMES)  # two different names never share an id
+    assert student_id("José") == "José" and student_id("张伟") == "张伟"
+    assert student_id("alice") == "alice" and student_id("12345") == "12345"
+    assert "unknown" not in ids
+    for sid in ids:
+        assert re.fullmatch(r"[\w.-]+", sid) and not sid.startswith((".", "-"))
+        assert not set(sid) & set("*?[]+/\\ ")
+    nfd = unicodedata.normalize("NFD", "José")
+    assert nfd != "José" and student_id(nfd) == "José"  # the same name, as macOS spells it
+    assert student_id("Ana María") == student_id("Ana María")  # stable across runs
+
+
+def test_nbgrader_accepts_the_ids_as_student_and_folder(tmp_path):
+    """nbgrader finds a submission by globbing the student id and parses it back by regex.
+
+    (The gradebook takes the ids too: the graded class of tests/test_grading.py has 张伟, José
+    and Ana María.)
+    """
+    from nbgrader.coursedir import CourseDirectory
+
+    for name in NAMES:
+        sid = student_id(name)
+        coursedir = CourseDirectory(root=str(tmp_path), student_id=sid, assignment_id=A)
+        assert coursedir.student_id == sid
+        folder = Path(coursedir.format_path("submitted", sid, A))
+        folder.mkdir(parents=True)
+        assert glob.glob(coursedir.format_path("submitted", sid, A)) == [str(folder)]
+        pattern = coursedir.format_path(
+            "submitted", "(?P<student_id>.*)", "(?P<assignment_id>.*)", escape=True
+        )
+        assert re.match(pattern, str(folder))["student_id"] == sid
+
+
+def _age(path: Path, seconds: float) -> None:
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+
+
+def test_of_several_uploads_the_newest_is_graded(tmp_path):
+    nb = _release()
+    folder = tmp_path / "submitted" / "José" / A
+    for name, age in ((f"{A} (1).ipynb", 300), (f"{A}.ipynb", 200), (f"{A} (2).ipynb", 100)):
+        _age(_write(folder / name, nb), age)
+    (tmp_path / "submitted" / "José" / ".ipynb_checkpoints").mkdir()
+    subs, problems = discover(tmp_path, ASSIGNMENTS)
+    assert problems == []
+    (sub,) = subs
+    assert (sub.student, sub.name, sub.path.name) == ("José", "José", f"{A} (2).ipynb")
+    assert sorted(p.name for p in sub.others) == [f"{A} (1).ipynb", f"{A}.ipynb"]
+    results = [{"student": "José", "assignment": A, "problems": ["cell x: something"]}]
+    attach_submission_info(results, subs)
+    attach_submission_info(results, subs)  # again (a second run): the notes are not doubled
+    assert results[0]["problems"] == [
+        f"{OLDER_UPLOAD} {A}.ipynb (graded the newest upload, {A} (2).ipynb)",
+        f"{OLDER_UPLOAD} {A} (1).ipynb (graded the newest upload, {A} (2).ipynb)",
+        "cell x: something",
+    ]
+    assert results[0]["name"] == "José"
+
+
+def test_flat_lms_export_is_understood(tmp_path):
+    nb = _release()
+    _age(_write(tmp_path / f"alice_{A}.ipynb", nb), 100)
+    _write(tmp_path / f"alice_{A} (1).ipynb", nb)  # uploaded again: newer
+    _write(tmp_path / f"{A}_José.ipynb", nb)
+    _write(tmp_path / f"张伟-{A}-1.ipynb", nb)
+    _write(tmp_path / f"Ana María_{A}.ipynb", nb)
+    _write(tmp_path / f"Ana_María_{A}.ipynb", nb)
+    _write(tmp_path / "notes.ipynb", nb)
+    _write(tmp_path / f"{A}.ipynb", nb)
+    subs, problems = discover(tmp_path, ASSIGNMENTS)
+    got = {s.student: s for s in subs}
+    assert set(got) == {"alice", "José", "张伟", student_id("Ana María"), "Ana_María"}
+    assert got["alice"].path.name == f"alice_{A} (1).ipynb"
+    assert [p.name for p in got["alice"].others] == [f"alice_{A}.ipynb"]
+    assert any("notes.ipynb" in p for p in problems)
+    assert any(f"{A}.ipynb: no student name" in p for p in problems)
+    subs, _ = discover(tmp_path, ASSIGNMENTS, assignment=A)
+    assert {s.student for s in subs} >= {"alice", "notes"}
+
+
+# ---------------------------------------------------------------------------------------------
+# One-line causes, and a feedback page and a results file for every status
+# ---------------------------------------------------------------------------------------------
+
+SCHEMA_LOG = """[INFO] Sanitizing /tmp/x/submitted/s/01/01.ipynb
+[ERROR] One or more notebooks in the assignment use an old version
+    of the nbgrader metadata format. Please **back up your class files
+    directory** and then update the metadata using:
+
+    nbgrader update .
+
+Traceback (most recent call last):
+  File "/v/lib/python3.11/site-packages/nbgrader/converters/base.py", line 468, in convert
+    raise NbGraderException(msg)
+nbgrader.converters.base.NbGraderException: Please see the the above traceback for details
+"""
+
+KEYERROR_LOG = """[ERROR] There was an error processing assignment: /tmp/x
+    Traceback (most recent call last):
+      File "/v/lib/python3.11/site-packages/nbgrader/preprocessors/deduplicateids.py", line 33, in p
+        grade_id = cell.metadata.nbgrader['grade_id']
+    KeyError: 'grade_id'
+[ERROR] Please see the the above traceback for details on the specific errors on the above failures.
+"""
+
+
+def test_a_log_is_told_in_one_line_naming_the_cause():
+    assert cause_line(SCHEMA_LOG).startswith(
+        "One or more notebooks in the assignment use an old version of the nbgrader metadata"
+    )
+    assert cause_line(KEYERROR_LOG) == (
+        "KeyError: 'grade_id' (in nbgrader/preprocessors/deduplicateids.py, line 33)"
+    )
+    tail = (
+        "the grader itself failed:     line for line in cell.source.splitlines()\n"
+        "                     ^^^^^^^^^^^^^^^^^^^^^^\n"
+        "AttributeError: 'list' object has no attribute 'splitlines'"
+    )
+    assert one_line(tail) == (
+        "the grader itself failed: AttributeError: 'list' object has no attribute 'splitlines'"
+    )
+    assert one_line("cell x: already one line") == "cell x: already one line"
+    assert "\n" not in cause_line("a\nb\n\nc")
+
+
+STATUSES = {
+    "graded": ["cell x: very long output, cut in the feedback"],
+    "invalid-notebook": ["not a notebook Jupyter can open: the file is not JSON (line 1)"],
+    "autograde-failed": [f"nbgrader autograde failed: {KEYERROR_LOG}"],
+    "grader-error": ["the grader itself failed: Traceback\n  File x\nMemoryError: boom"],
+    "timeout": ["grading took longer than 900 s and was stopped"],
+}
+
+
+def test_every_status_gets_a_feedback_page_and_a_results_file(tmp_path):
+    results = [
+        {
+            "student": f"s-{status}",
+            "assignment": A,
+            "status": status,
+            "score": 0.0,
+            "max_score": 12.0,
+            "cells": {"t": {"score": 0.0, "max_score": 2.0, "error": "KeyError: 'x'"}},
+            "problems": list(problems),
+        }
+        for status, problems in STATUSES.items()
+    ]
+    finalize(results, tmp_path)
+    for res in results:
+        assert all("\n" not in p for p in res["problems"]), res["problems"]
+        page = (tmp_path / res["feedback"]).read_text(encoding="utf-8")
+        assert res["status"] in page and html.escape(res["problems"][0]) in page
+        saved = json.loads((tmp_path / "results" / res["student"] / f"{A}.json").read_text())
+        assert saved == res
+    by = {r["status"]: r for r in results}
+    assert by["grader-error"]["problems"] == ["the grader itself failed: MemoryError: boom"]
+    assert by["autograde-failed"]["problems"] == [
+        "nbgrader autograde failed: KeyError: 'grade_id' (in "
+        "nbgrader/preprocessors/deduplicateids.py, line 33)"
+    ]
+    assert "not a score" in fallback_feedback(by["grader-error"])
+
+
+def test_an_existing_nbgrader_feedback_page_is_kept(tmp_path):
+    page = tmp_path / "feedback" / "s" / f"{A}.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html>nbgrader's</html>")
+    res = {"student": "s", "assignment": A, "status": "graded", "score": 1.0, "max_score": 1.0}
+    res |= {"cells": {}, "problems": [], "feedback": f"feedback/s/{A}.html"}
+    finalize([res], tmp_path)
+    assert page.read_text() == "<html>nbgrader's</html>"
+
+
+# ---------------------------------------------------------------------------------------------
+# Similar answers
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(similarity.available() is not None, reason="copydetect not installed")
+def test_near_copies_and_copies_of_the_course_code_are_found(tmp_path):
+    solved = pipeline.solved_notebook(A)
+    ex = _first_exercise()
+    renamed = copy.deepcopy(solved)  # the same code with other names and comments
+    cell = next(c for c in renamed.cells if _gid(c) == ex.answer)
+    cell.source = re.sub(r"\bblock\b", "chunk", cell.source).replace("#", "# my note:")
+    own = _release()  # the stubs only, and one answer of the course's own code
+    softmax = Path(pipeline.REPO / "course_utils" / "softmax.py").read_text()
+    body = softmax[softmax.index("def ") :][:1500]
+    next(c for c in own.cells if _gid(c) == ex.answer).source = body
+    files = {"a": solved, "b": renamed, "c": _release(), "d": own}
+    results = [
+        {"student": s, "assignment": A, "status": "graded", "source": str(tmp_path / f"{s}.ipynb")}
+        for s in files
+    ]
+    for s, nb in files.items():
+        _write(tmp_path / f"{s}.ipynb", nb)
+    pairs = similarity.similar_pairs(results)
+    found = {(p.student, p.other) for p in pairs}
+    assert ("a", "b") in found  # renaming and comments do not hide a copy
+    assert ("a", "reference: solutions") in found and ("b", "reference: solutions") in found
+    assert ("d", "reference: course_utils/softmax.py") in found
+    assert not any("c" in (p.student, p.other) for p in pairs)  # untouched stubs are not code
+    assert all(p.share >= similarity.THRESHOLD for p in pairs)
+    assert similarity.similar_pairs(results, threshold=1.01) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# The bank's named mistakes
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "assignment, name, ex, code",
+    [pytest.param(a, *m, id=f"{a}:{m[0]}") for a in ASSIGNMENTS for m in bank.mistakes(a)],
+)
+def test_every_bank_mistake_is_plain_code_its_check_names(assignment, name, ex, code):
+    """The answer the bank submits for a named mistake, run here as a learner's cell."""
+    import contextlib
+    import io
+
+    from course_utils.checks import CheckFailure
+    from course_utils.checks._core import misconception_slug
+
+    assert "course_utils" not in code  # the kernel cannot see course_utils while graded
+    solved = pipeline.solved_notebook(assignment)
+    test = next(c for c in solved.cells if _gid(c) == ex.tests[0]).source
+    namespace = {"__name__": "__main__"}
+    exec("import numpy as np\n" + code, namespace)
+    with pytest.raises(CheckFailure) as info, contextlib.redirect_stdout(io.StringIO()):
+        exec(test.split("### BEGIN HIDDEN TESTS")[0], namespace)
+    assert misconception_slug(str(info.value)) == name.split(":")[1], str(info.value)
