@@ -159,8 +159,8 @@ def expected_score(assignment_or_entry, entry: Entry | None = None) -> float:
         assignment = entry.assignment
     else:
         assignment = assignment_or_entry
-    if entry.status in ("invalid-notebook", "needs-review", "autograde-failed"):
-        return 0.0
+    if entry.status in ("invalid-notebook", "autograde-failed"):
+        return 0.0  # needs-review keeps its score: the verdicts are the grader's own
     pts = points(assignment)
     return sum(p for gid, p in pts.items() if gid not in entry.failing)
 

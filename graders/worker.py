@@ -129,7 +129,10 @@ def grade_one(job: dict) -> dict:
             )
     if tampering:  # the scores stand (computed in this process); the instructor takes a look
         result["status"] = "needs-review"
-        result["problems"] += [f"patches course or library code, to review: {t}" for t in tampering]
+        result["problems"] += [
+            f"possible tampering (patches course or library code), to review: {t}"
+            for t in tampering
+        ]
     feedback = pipeline.feedback(scratch, assignment, student)
     if feedback is not None:
         dest = out / "feedback" / student / f"{assignment}.html"
