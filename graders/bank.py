@@ -563,7 +563,7 @@ def save_notebook(nb, path: Path, how: str = "nbformat", saver: Saver | None = N
         if saver is None:
             raise ValueError("an entry saved by a Jupyter server needs a saver")
         saver(path, nb)
-    elif how == "nbformat":
+    elif how in ("nbformat", "release"):  # write_class copies the release file itself
         nbformat.write(nb, str(path))
     elif how == "nbformat-v3":
         nbformat.write(nb, str(path), version=3)
