@@ -401,6 +401,7 @@ def test_result_files_are_json_with_the_submission_hash(graded):
     assert json.loads(path.read_text())["sha256"] == some["sha256"]
 
 
+@pytest.mark.filterwarnings("ignore::nbformat.warnings.DuplicateCellId")  # duplicate-cell-id
 def test_the_bank_is_written_with_nbformat(tmp_path):
     """Every entry of a notebook's bank can be written and read back by nbformat."""
     for entry in bank.build(ASSIGNMENT):
