@@ -26,7 +26,7 @@ from course_utils.checks._core import misconception_slug
 
 from . import pipeline, student_build
 from .execute import KERNEL_DIED, NOT_STOPPED, TIMED_OUT
-from .submissions import find_tampering, read_notebook, restore_locked_cells, truncate_outputs
+from .submissions import cause_line, find_tampering, read_submission, truncate_outputs
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -79,14 +79,13 @@ def grade_one(job: dict) -> dict:
     scratch = out / ".work" / f"{student}__{assignment}"
     shutil.rmtree(scratch, ignore_errors=True)
     shutil.copytree(template, scratch)
+    release = nbformat.read(scratch / "notebooks" / assignment / f"{assignment}.ipynb", 4)
     try:
-        nb = read_notebook(job["path"])
+        nb, repairs = read_submission(job["path"], release)
     except ValueError as exc:
         result.update(status="invalid-notebook", problems=[str(exc)])
         return _finish(result, start, out)
-    release = nbformat.read(scratch / "notebooks" / assignment / f"{assignment}.ipynb", 4)
-    for gid in restore_locked_cells(nb, release):
-        result["problems"].append(f"cell {gid}: locked cell was deleted; restored from the release")
+    result["problems"] += repairs
     tampering = find_tampering(nb)
     pipeline.submit(scratch, student, assignment, nb)
     if job.get("sandbox", True):  # the kernel imports course_utils with every answer a stub
@@ -95,10 +94,9 @@ def grade_one(job: dict) -> dict:
         scratch, assignment, student, timeout=job.get("timeout"), sandbox=sandbox_settings(job)
     )
     if not outcome.get("success"):
-        log = outcome.get("error") or outcome.get("log") or ""
-        tail = "\n".join(log.strip().splitlines()[-3:])
+        log = f"{outcome.get('log') or ''}\n{outcome.get('error') or ''}"
         result.update(status="autograde-failed")
-        result["problems"].append(f"nbgrader autograde failed: {tail}")
+        result["problems"].append(f"nbgrader autograde failed: {cause_line(log)}")
         return _finish(result, start, out)
     graded_nb_path = scratch / "autograded" / student / assignment / f"{assignment}.ipynb"
     graded_nb = nbformat.read(graded_nb_path, 4)
