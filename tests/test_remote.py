@@ -285,7 +285,6 @@ def test_a_missing_answer_and_an_unanswerable_kernel(kernel):
     execute, channel = kernel
     verdict = _verdict(run_test_cell(TEST_CELL, channel))
     assert verdict.startswith("fail: name 'online_softmax_stats' is not defined"), verdict
-    execute("import os\nos.makedirs('io', exist_ok=True)\n")
     dead = KernelChannel(lambda code: None, channel.io_host)  # a kernel that never answers
     with pytest.raises(RemoteError):
         run_test_cell(TEST_CELL, dead)
