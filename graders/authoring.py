@@ -90,3 +90,36 @@ def write_notebook(cells, path: str | Path) -> Path:
     nbformat.validate(nb)
     nbformat.write(nb, str(path))
     return path
+
+
+def concept_cells(name: str, number: int | None = None) -> list:
+    """The three cells of a graded concept question of course_utils.checks.concepts: the question
+    (markdown, from the question itself), the answer cell, and the graded test cell (1 point).
+
+    number: shown as "Concept check n." before the prompt.
+    """
+    from course_utils.checks.concepts import QUESTIONS
+
+    q = QUESTIONS[name]
+    gid = "concept_" + name.replace("-", "_")
+    head = f"**Concept check {number}.** " if number is not None else ""
+    answer = f'"{sorted(q.right)[0]}"' if q.pick == 1 else f'"{"".join(sorted(q.right))}"'
+    if q.true_false:
+        answer = str("true" in q.right)
+    cells = [
+        md(head + q.markdown()),
+        solution(
+            f"# Set {q.variable} (replace the two lines below).\n"
+            f"### BEGIN SOLUTION\n{q.variable} = {answer}\n### END SOLUTION",
+            grade_id=gid,
+        ),
+        tests(
+            "from course_utils.checks.concepts import check_concept\n\n"
+            f'check_concept("{name}", {q.variable})',
+            grade_id=gid + "_tests",
+            points=1,
+        ),
+    ]
+    for cell in cells[1:]:
+        cell["id"] = cell.metadata["nbgrader"]["grade_id"].replace("_", "-")
+    return cells

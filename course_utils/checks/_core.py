@@ -82,12 +82,15 @@ class Case:
 
     focus: the part of the exercise's specification this case exercises ("the causal mask: a
     query sees the keys c <= r"); said when the case fails and no known mistake matches.
+    stage: for an exercise checked in stages (plain tiles, then ragged, then causal, ...), the
+    stage this case belongs to; run_cases names the first failing stage and the ones that pass.
     """
 
     label: str
     args: tuple
     kwargs: dict = field(default_factory=dict)
     focus: str = ""
+    stage: str = ""  # the stage of a staged check ("ragged tiles"); cases come stage by stage
 
 
 def frozen(*arrays: np.ndarray):
@@ -1279,8 +1282,14 @@ def run_cases(
         low_precision_below=low_precision_below,
         allow=allow,
     )
+    stages = _stage_order(cases)
     for case in cases:
-        _run_case(name, fn, reference, case, **settings)
+        try:
+            _run_case(name, fn, reference, case, **settings)
+        except CheckFailure as failure:
+            if not stages:
+                raise
+            raise CheckFailure(_stage_header(name, stages, case.stage) + str(failure)) from None
     for rule in rules:
         report = _run_case(
             name,
@@ -1300,6 +1309,30 @@ def run_cases(
     extra = f"; {len(rules)} rule" + ("s" if len(rules) != 1 else "") + " hold" if rules else ""
     extra = extra.replace(" rule hold", " rule holds")
     print(f"✓ {name}: {count} the reference{extra}" + (f" ({summary})" if summary else ""))
+
+
+def _stage_order(cases: Sequence[Case]) -> list[str]:
+    """The stages of cases in order (empty when the check is not staged); cases must come
+    stage by stage, so that the first failure is in the first failing stage."""
+    stages: list[str] = []
+    for case in cases:
+        if case.stage and (not stages or stages[-1] != case.stage):
+            if case.stage in stages:
+                raise ValueError(f"cases of stage {case.stage!r} are not contiguous")
+            stages.append(case.stage)
+    if stages and any(not c.stage for c in cases):
+        raise ValueError("a staged check needs a stage on every case")
+    return stages
+
+
+def _stage_header(name: str, stages: list[str], failed: str) -> str:
+    k = stages.index(failed)
+    passed = "; ".join(f"stage {i + 1} ({s}) passes" for i, s in enumerate(stages[:k]))
+    later = ", ".join(stages[k + 1 :])
+    line = f"✗ {name}: stage {k + 1} of {len(stages)} ({failed}) fails"
+    line += f"; {passed}" if passed else ""
+    line += f". Still to check after it: {later}." if later else "."
+    return line + "\n"
 
 
 def _run_case(
@@ -1500,6 +1533,141 @@ def hinted_answer(
                 hint = why
                 break
     check_answer(label, yours, expected, rtol=rtol, hint=hint)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of a concept question.
+
+    key: what the learner types ("a", "b", ...; "true" or "false" for a true/false question).
+    text: the option as the notebook shows it.  slug: the misconception a learner who picks it
+    holds (None for a right option).  why: the feedback when it is picked: why it is right, or
+    what is wrong with it.
+    """
+
+    key: str
+    text: str
+    slug: str | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Question:
+    """A graded concept question: one right option (or `pick` right ones), each wrong option tied
+    to a named misconception so that the class report counts them.
+
+    label: short name in feedback.  prompt: the question (markdown).  variable: the name the
+    learner sets in the answer cell.  pick: how many options to choose (1: a single choice).
+    The notebook shows `markdown()`; tests/test_concepts.py checks that it does.
+    """
+
+    label: str
+    prompt: str
+    options: tuple[Option, ...]
+    variable: str
+    pick: int = 1
+
+    def __post_init__(self):
+        keys = [o.key for o in self.options]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"{self.label}: option keys repeat: {keys}")
+        right = [o for o in self.options if o.slug is None]
+        if len(right) != self.pick:
+            raise ValueError(f"{self.label}: {len(right)} right options, expected {self.pick}")
+        if any(o.slug is not None and not o.why for o in self.options):
+            raise ValueError(f"{self.label}: every wrong option needs its explanation")
+
+    @property
+    def right(self) -> frozenset[str]:
+        return frozenset(o.key for o in self.options if o.slug is None)
+
+    @property
+    def true_false(self) -> bool:
+        return {o.key for o in self.options} == {"true", "false"}
+
+    def markdown(self) -> str:
+        """The question as the notebook shows it: prompt, options, and how to answer."""
+        if self.true_false:
+            how = f"Set `{self.variable}` to `True` or `False`."
+            return f"{self.prompt}\n\n{how}"
+        lines = [self.prompt, ""]
+        options = sorted(self.options, key=lambda o: o.key)
+        lines += [f"- **({o.key})** {o.text}" for o in options]
+        letters = ", ".join(f'`"{o.key}"`' for o in options)
+        if self.pick == 1:
+            how = f"Set `{self.variable}` to the letter of your choice as a string ({letters})."
+        else:
+            how = (
+                f"Choose {self.pick}. Set `{self.variable}` to a string with the letters of your "
+                f"{self.pick} choices, in any order."
+            )
+        return "\n".join(lines) + f"\n\n{how}"
+
+
+_TRUE = {"true", "t", "yes", "y", "1"}
+_FALSE = {"false", "f", "no", "n", "0"}
+
+
+def _chosen_keys(question: Question, yours) -> frozenset[str]:
+    """The option keys the learner chose; CheckFailure when the answer is not a choice."""
+    label = question.label
+    if yours is None or yours is Ellipsis:
+        raise CheckFailure(
+            f"{label}: no answer yet (set {question.variable} to "
+            + ("True or False)" if question.true_false else "a letter, as a string)")
+        )
+    if question.true_false:
+        if isinstance(yours, bool | np.bool_):
+            return frozenset({"true" if yours else "false"})
+        if isinstance(yours, str) and yours.strip().lower() in _TRUE | _FALSE:
+            return frozenset({"true" if yours.strip().lower() in _TRUE else "false"})
+        raise CheckFailure(f"✗ {label}: {describe(yours)} is not True or False")
+    if isinstance(yours, str):
+        letters = [c for c in yours.lower() if c.isalnum()]
+    elif isinstance(yours, list | tuple | set | frozenset) and all(
+        isinstance(x, str) for x in yours
+    ):
+        letters = [c for x in yours for c in x.lower() if c.isalnum()]
+    else:
+        raise CheckFailure(
+            f"✗ {label}: the answer is {type(yours).__name__} {describe(yours)}; give the "
+            f'letter of an option as a string, for example "a"'
+        )
+    keys = {o.key for o in question.options}
+    unknown = sorted(set(letters) - keys)
+    if unknown or not letters:
+        raise CheckFailure(
+            f"✗ {label}: {yours!r} is not one of the options ({', '.join(sorted(keys))})"
+        )
+    if len(set(letters)) != question.pick:
+        raise CheckFailure(
+            f"✗ {label}: you chose {len(set(letters))} option(s); choose exactly {question.pick}"
+        )
+    return frozenset(letters)
+
+
+def _shown(key: str) -> str:
+    return {"true": "True", "false": "False"}.get(key, f"({key})")
+
+
+def check_choice(question: Question, yours) -> None:
+    """Check the answer to a concept question: print why it is right, or raise CheckFailure
+    naming the misconception of the (first) wrong option chosen."""
+    chosen = _chosen_keys(question, yours)
+    by_key = {o.key: o for o in question.options}
+    if chosen == question.right:
+        why = " ".join(by_key[k].why for k in sorted(chosen) if by_key[k].why)
+        shown = " and ".join(_shown(k) for k in sorted(chosen))
+        verb = "is" if len(chosen) == 1 else "are"
+        print(f"✓ {question.label}: {shown} {verb} right." + (f" {why}" if why else ""))
+        return
+    wrong = next(by_key[k] for k in sorted(chosen) if k not in question.right)
+    shown = _shown(wrong.key)
+    raise CheckFailure(
+        f"✗ {question.label}: {shown} is not right.\n"
+        f"  likely mistake: {wrong.text} [misconception: {wrong.slug}]\n"
+        f"  {wrong.why}"
+    )
 
 
 def pick_output(fn: Callable, k: int, names: tuple[str, ...], name: str) -> Callable:

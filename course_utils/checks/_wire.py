@@ -64,6 +64,11 @@ def encode(value, arrays: dict | None = None):
             return {"__tuple__": [enc(x) for x in v]}
         if isinstance(v, list):
             return [enc(x) for x in v]
+        if isinstance(v, set | frozenset):  # e.g. the letters of a concept question
+            items = [enc(x) for x in v]
+            if not all(isinstance(x, str | int | bool) for x in items):
+                raise WireError("cannot send a set of anything but strings and numbers")
+            return {"__set__": sorted(items, key=repr)}
         if isinstance(v, dict):
             if not all(isinstance(k, str) for k in v):
                 raise WireError("cannot send a dict whose keys are not strings")
@@ -117,6 +122,8 @@ def decode(tree, arrays):
             return _as_class(arr.reshape(t["shape"]), t.get("cls"))
         if "__tuple__" in t:
             return tuple(dec(x) for x in t["__tuple__"])
+        if "__set__" in t:
+            return frozenset(dec(x) for x in t["__set__"])
         if "__dict__" in t:
             return {str(k): dec(x) for k, x in t["__dict__"].items()}
         if "__tensor__" in t:

@@ -817,3 +817,35 @@ def check_quick_output(answer) -> None:
         "compute acc the same way as l (old acc = 5 times the factor, plus exp(x_i - 5) v_i).",
         rtol=5e-3,
     )
+
+
+def check_quick_second_example(answer) -> None:
+    """Scores (2, 4, 1, 3), values (5, 15, 25, 35), blocks of two: the output (about 19.187).
+
+    Block 2's max (3) is below the running max (4): the old sums keep factor 1, and the new
+    block's sums (taken relative to its own max) are scaled by exp(3 - 4).
+    """
+    x, v = FURTHER_X, FURTHER_V
+    w = np.exp(x - x.max())
+    expected = float(w @ v / w.sum())
+    blocks = [(x[:2], v[:2]), (x[2:], v[2:])]
+    own = [(np.exp(b - b.max()), bv) for b, bv in blocks]  # each block relative to its own max
+    unscaled = sum(p @ bv for p, bv in own) / sum(p.sum() for p, _ in own)
+    hinted_answer(
+        "output for scores (2, 4, 1, 3), values (5, 15, 25, 35)",
+        answer,
+        expected,
+        [
+            (
+                unscaled,
+                "you added block 2's sums, taken relative to its own max 3, without scaling them "
+                "by exp(3 - 4): relative to the running max 4 they are e^-1 times smaller",
+            ),
+            (float(own[0][0] @ v[:2] / own[0][0].sum()), "that is block 1's output alone"),
+            (float(own[1][0] @ v[2:] / own[1][0].sum()), "that is block 2's output alone"),
+            (float(v.mean()), "that is the plain mean of the values; weight them by e^{x_i}"),
+        ],
+        "keep (m, l, acc); at block 2 the max stays 4, so the old sums keep factor 1 and the new "
+        "terms are e^{x_i - 4}; the output is acc / l",
+        rtol=1e-4,
+    )

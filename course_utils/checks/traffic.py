@@ -52,7 +52,7 @@ from ..memory import (
     flash_attention_traffic,
     standard_attention_traffic,
 )
-from ..roofline import H200, attention_flops
+from ..roofline import H100_SXM, H200, attention_flops
 from ._core import (
     Case,
     CheckFailure,
@@ -1200,5 +1200,46 @@ def check_quick_tile_rows(answer) -> None:
             (sram / (4 * d), "each of the four B x d tiles takes 4 bytes per element: 16 B d"),
         ],
         "four B x d tiles of 4-byte floats take 16 B d bytes; solve 16 B d <= 196,608",
+        rtol=1e-9,
+    )
+
+
+def check_quick_a100_ridge(answer) -> None:
+    """The A100's ridge point at 1.5 TB/s: 312 TFLOP/s / 1.5 TB/s = 208 FLOP/byte."""
+    peak, bandwidth = 312e12, 1.5e12
+    expected = peak / bandwidth
+    _hinted(
+        "A100 ridge point at 1.5 TB/s (FLOP/byte)",
+        answer,
+        expected,
+        [
+            (peak / 2.0e12, "156 is the ridge at 2 TB/s; here the HBM gives 1.5 TB/s"),
+            (bandwidth / peak, "that is bytes per FLOP; the ridge point is FLOPs per byte"),
+            (H100_SXM.ridge_point, "that is the H100's ridge (989 / 3.35); use the A100's numbers"),
+        ],
+        "ridge point = peak FLOP/s / HBM bytes/s",
+        rtol=0.01,
+    )
+
+
+def check_quick_fa1_q_reads(answer) -> None:
+    """Q-tile reads of FlashAttention-1's loop order (K, V outer) at N = 4,096 and B = 128."""
+    N, B = 4096, 128
+    tiles = N // B
+    expected = tiles * tiles
+    _hinted(
+        "Q-tile reads, K/V tiles in the outer loop (N = 4,096, B = 128)",
+        answer,
+        expected,
+        [
+            (
+                tiles,
+                "32 is the minimum, each Q tile once; with K, V outside, every K/V tile reads "
+                "all 32 Q tiles again",
+            ),
+            (N, "count tiles, not rows: there are N / B = 32 Q tiles"),
+            (tiles * N, "each pass reads the 32 Q tiles, not 4,096 rows one by one"),
+        ],
+        "the outer loop has N / B K/V tiles, and each of its iterations reads every Q tile",
         rtol=1e-9,
     )
