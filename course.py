@@ -4,20 +4,25 @@
     python3 course.py lab    # open JupyterLab on notebooks/ (prints the URL; works headless)
     python3 course.py test   # lint, format check and every test, notebooks included
 
-Setup is idempotent: the environment is rebuilt only when pyproject.toml changes.
-Torch: on a Linux machine without an NVIDIA driver, torch==2.13.0 (the CPU build on the course
-machines) is installed before anything else, so nothing pulls a multi-GB CUDA build. Set
-COURSE_TORCH (for example COURSE_TORCH="torch==2.5.1") to choose another torch.
+Setup is idempotent: the environment is rebuilt only when pyproject.toml changes, and it says
+what it installs as it goes. Torch: on a Linux machine without an NVIDIA driver, torch==2.13.0 is
+installed first from PyTorch's CPU wheel index (about 750 MB installed instead of several GB
+of CUDA libraries); where that index cannot be reached, the plain requirement is used (on the course
+machines it finds the CPU build on disk). Set COURSE_TORCH (for example
+COURSE_TORCH="torch==2.5.1") to choose another torch; COURSE_TORCH_INDEX to use another index.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 import venv
 from pathlib import Path
 
@@ -40,12 +45,48 @@ def run(cmd: list[str], **kw) -> int:
     return subprocess.call([str(c) for c in cmd], cwd=ROOT, **kw)
 
 
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
 def torch_spec() -> str:
     if os.environ.get("COURSE_TORCH"):
         return os.environ["COURSE_TORCH"]
     if platform.system() == "Linux" and shutil.which("nvidia-smi") is None:
         return "torch==2.13.0"
     return "torch"
+
+
+def torch_index() -> str | None:
+    """PyTorch's CPU wheel index where it applies and answers; None: pip's own index."""
+    if os.environ.get("COURSE_TORCH_INDEX"):
+        return os.environ["COURSE_TORCH_INDEX"]
+    if os.environ.get("COURSE_TORCH") or not torch_spec().startswith("torch=="):
+        return None
+    if platform.system() != "Linux" or shutil.which("nvidia-smi") is not None:
+        return None
+    try:
+        with urllib.request.urlopen(CPU_INDEX + "/torch/", timeout=5) as reply:
+            return CPU_INDEX if reply.status == 200 else None
+    except OSError:
+        return None
+
+
+def folder_mb(path: Path) -> float:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+    return total / 1e6
+
+
+def step(what: str, cmd: list) -> int:
+    """Run one set-up step, saying what it is before and how long it took after."""
+    say(what)
+    start = time.perf_counter()
+    code = run(cmd)
+    say(f"  done in {time.perf_counter() - start:.0f} s ({folder_mb(VENV):,.0f} MB in .venv)")
+    return code
 
 
 def setup_hash() -> str:
@@ -62,17 +103,35 @@ def ensure_env() -> Path:
     want = setup_hash()
     if py.exists() and STAMP.exists() and STAMP.read_text() == want:
         return py
+    start = time.perf_counter()
+    say("first start: setting up the course environment (a few minutes; later starts are instant)")
     if not py.exists():
-        say(f"creating a virtual environment in {VENV}")
+        say(f"1/3 creating a virtual environment in {VENV}")
         venv.EnvBuilder(with_pip=True).create(VENV)
-    pip = [py, "-m", "pip", "install", "--quiet"]
+    pip = [py, "-m", "pip", "install", "--quiet", "--progress-bar", "off"]
     probe = subprocess.call([py, "-c", "import torch"], stderr=subprocess.DEVNULL)
-    if probe != 0 and run([*pip, torch_spec()]) != 0:
-        sys.exit(f"installing {torch_spec()} failed; set COURSE_TORCH to a torch you can install")
-    if run([*pip, "-e", ".[course,dev]"]) != 0:
+    if probe != 0:
+        spec, index = torch_spec(), torch_index()
+        where = f"from {index}" if index else "from pip's index"
+        code = step(
+            f"2/3 installing {spec} {where}"
+            + (" (CPU build: about 750 MB installed)" if index or spec == "torch==2.13.0" else ""),
+            [*pip, spec] + (["--index-url", index] if index else []),
+        )
+        if code != 0 and index:
+            say(f"  {index} failed; trying pip's own index")
+            code = step(f"2/3 installing {spec}", [*pip, spec])
+        if code != 0:
+            sys.exit(f"installing {spec} failed; set COURSE_TORCH to a torch you can install")
+    code = step(
+        "3/3 installing the course package and its tools (NumPy, SciPy, JupyterLab, nbgrader, "
+        "Triton, pytest; about 1.7 GB installed, 1 GB of it Triton)",
+        [*pip, "-e", ".[course,dev]"],
+    )
+    if code != 0:
         sys.exit("installing the course package failed (see pip's message above)")
     STAMP.write_text(want)
-    say("environment ready")
+    say(f"environment ready in {time.perf_counter() - start:.0f} s, {folder_mb(VENV):,.0f} MB")
     return py
 
 

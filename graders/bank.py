@@ -203,6 +203,24 @@ def mistakes(assignment: str, root: Path = pipeline.REPO) -> list[tuple[str, Exe
     return found
 
 
+def wrong_beliefs(assignment: str) -> dict[str, tuple[str, str]]:
+    """For each concept question of the assignment: answer-cell grade_id -> (an answer choosing
+    its first wrong option, the misconception that option names)."""
+    from course_utils.checks.concepts import NOTEBOOK, QUESTIONS
+
+    found = {}
+    for name, q in QUESTIONS.items():
+        if NOTEBOOK[name] != assignment:
+            continue
+        wrong = next(o for o in q.options if o.slug is not None)
+        if q.true_false:
+            value = repr(wrong.key == "true")
+        else:  # with pick > 1: the wrong option and enough right ones
+            value = repr(wrong.key + "".join(sorted(q.right))[: q.pick - 1])
+        found["concept_" + name.replace("-", "_")] = (f"{q.variable} = {value}\n", wrong.slug)
+    return found
+
+
 def _png() -> str:
     """A 1x1 PNG, base64: the image of an output and of a markdown cell's attachment."""
     return (
@@ -313,6 +331,14 @@ def build(assignment: str, root: Path = pipeline.REPO) -> list[Entry]:
 
     import course_utils
 
+    beliefs = wrong_beliefs(assignment)
+    if beliefs:  # every concept question answered with a wrong option: each names its belief
+        variant(
+            "wrong-beliefs",
+            {gid + "_tests" for gid in beliefs},
+            lambda nb: [_set_answer(nb, gid, code) for gid, (code, _) in beliefs.items()],
+            misconception={gid + "_tests": slug for gid, (_, slug) in beliefs.items()},
+        )
     for name, ex, code in mistakes(assignment, root):
         variant(
             name,
@@ -640,4 +666,9 @@ def graded_class(root: Path = pipeline.REPO) -> list[Entry]:
         if kind == "calls-reference":
             once.add(kind)  # one of those is enough here
         entries.append(entry)
+    # the beliefs of a second notebook too, so the class report counts them across notebooks
+    if "04_hbm_traffic" in pipeline.assignments(root):
+        for entry in build("04_hbm_traffic", root):
+            if entry.name == "wrong-beliefs":
+                entries.append(entry)
     return entries
