@@ -91,3 +91,8 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# In a notebook, an answer not written yet stops with one line naming it (student_errors).
+from . import student_errors as _student_errors  # noqa: E402
+
+_student_errors.install()

@@ -24,6 +24,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "course_utils"
 WHOLE = {
     "__init__.py",
     "_validate.py",
+    "student_errors.py",
     "checks/__init__.py",
     "checks/_core.py",
     "checks/_wire.py",

@@ -46,7 +46,14 @@ import numpy as np
 
 
 class CheckFailure(AssertionError):
-    """A check found a wrong result; the message explains what and why."""
+    """A check found a wrong result; the message explains what and why.
+
+    In a notebook it shows as its message alone: the frames inside the checks would only hide
+    what the message says (IPython calls _render_traceback_ instead of printing a traceback).
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return str(self).splitlines() or [type(self).__name__]
 
 
 class ReferenceUnavailable(RuntimeError):

@@ -1,0 +1,80 @@
+"""How errors look to a student in a notebook: one line that says what to do, not a traceback.
+
+Two kinds of error end most student runs, and neither needs a traceback:
+
+    a stub not written yet     the `raise NotImplementedError()` that nbgrader puts in every
+                               answer; shown as "✗ <function> is not written yet: ..."
+    an answer never set        the NameError of a quick check's `answer_...` variable
+    a check that fails         CheckFailure, whose message already names the smallest input,
+                               both values and the likely mistake; shown as that message only
+
+`install()` (run when course_utils is imported in IPython) registers the first with IPython;
+CheckFailure renders itself (`_render_traceback_`). Any other error keeps its full traceback.
+"""
+
+from __future__ import annotations
+
+import types
+
+
+def _in_notebook_cell(code: types.CodeType) -> bool:
+    """True for code typed into a notebook cell (IPython compiles cells under these names)."""
+    name = code.co_filename
+    return name.startswith("<ipython-input-") or "/ipykernel_" in name or name.startswith("<cell")
+
+
+def not_written_message(tb: types.TracebackType | None) -> str | None:
+    """The one-line message for a bare NotImplementedError raised in a notebook cell, or None."""
+    frame = None
+    while tb is not None:
+        frame, tb = tb.tb_frame, tb.tb_next
+    if frame is None or not _in_notebook_cell(frame.f_code):
+        return None
+    name = frame.f_code.co_name
+    if name == "<module>":
+        return (
+            "✗ this answer is not written yet: replace `raise NotImplementedError()` in its cell "
+            "with your answer (the comment above it names the variable to set), then run it."
+        )
+    return (
+        f"✗ {name} is not written yet: replace `raise NotImplementedError()` in the cell that "
+        f"defines {name} with your code, run that cell, then run this one again."
+    )
+
+
+def unset_answer_message(value: BaseException) -> str | None:
+    """The one-line message for a quick check whose answer variable was never set, or None."""
+    name = getattr(value, "name", None)
+    if not isinstance(value, NameError) or not name or not name.startswith("answer_"):
+        return None
+    return (
+        f"✗ {name} is not set yet: write your answer in the cell above that sets {name} "
+        f"(it still says `raise NotImplementedError()`), run it, then run this one again."
+    )
+
+
+def _handler(shell, etype, value, tb, tb_offset=None):
+    """IPython's custom-exception hook: it must show the error itself (as an error output)."""
+    if isinstance(value, NameError):
+        message = unset_answer_message(value)
+    else:
+        message = not_written_message(tb) if not value.args else None
+    if message is None:  # not a stub: the usual traceback
+        stb = shell.InteractiveTB.structured_traceback(etype, value, tb, tb_offset=tb_offset)
+    else:
+        stb = [message]
+    shell._showtraceback(etype, value, stb)
+    return stb
+
+
+def install() -> bool:
+    """Register the one-line stub message with the running IPython shell; False outside one."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if shell is None or not hasattr(shell, "set_custom_exc"):
+        return False
+    shell.set_custom_exc((NotImplementedError, NameError), _handler)
+    return True
