@@ -88,11 +88,9 @@ def test_step_button_advances_and_wraps():
     import ipywidgets as w
 
     fig = bt.backward_tiles_figure(N=32, Br=16, Bc=16, step=0)
-    buttons = [
-        c for row in fig.widget.children[:2] for c in row.children if isinstance(c, w.Button)
-    ]
+    buttons = [c for c in fig.all_controls() if isinstance(c, w.Button)]
     (step_button,) = [b for b in buttons if b.description == "Step"]
-    assert any(isinstance(c, w.Play) for c in fig.widget.children[0].children)
+    assert any(isinstance(c, w.Play) for c in fig.all_controls())
     step_button.click()
     assert fig.controls["step"].value == 1
     fig.controls["step"].value = fig.controls["step"].max

@@ -107,10 +107,9 @@ def test_bad_inputs(args, error):
 
 
 def _button(fig, label):
-    for row in fig.widget.children[:2]:
-        for child in row.children:
-            if getattr(child, "description", None) == label and hasattr(child, "click"):
-                return child
+    for child in fig.all_controls():
+        if getattr(child, "description", None) == label and hasattr(child, "click"):
+            return child
     raise AssertionError(f"no button {label!r}")
 
 

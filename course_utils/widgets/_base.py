@@ -24,8 +24,41 @@ def render_png(draw: Callable[[Figure, Mapping], None], state: Mapping, figsize,
     return buf.getvalue()
 
 
+# Control widths: a slider needs room to be dragged, a label must never be cut.
+SLIDER_WIDTH = "300px"
+DROPDOWN_WIDTH = "220px"
+MIN_CONTROL_WIDTH = 120  # px: no control is narrower (the browser test measures it)
+
+
+def _lay_out_control(ctrl) -> None:
+    """Give a control a width it can be used at, and a label that is never truncated."""
+    import ipywidgets as w
+
+    if hasattr(ctrl, "style") and hasattr(ctrl.style, "description_width"):
+        ctrl.style.description_width = "initial"  # the whole label, not 'FlashAtt...'
+    if isinstance(ctrl, w.ToggleButtons):
+        ctrl.style.button_width = "auto"
+        ctrl.layout.width = "auto"
+    elif isinstance(ctrl, w.widgets.widget_int._BoundedInt | w.SelectionSlider | w.FloatSlider):
+        ctrl.layout.width = SLIDER_WIDTH
+    elif isinstance(ctrl, w.Dropdown):
+        ctrl.layout.width = DROPDOWN_WIDTH
+    elif isinstance(ctrl, w.Checkbox):
+        ctrl.indent = False
+        ctrl.layout.width = "auto"
+        ctrl.layout.min_width = f"{MIN_CONTROL_WIDTH}px"
+    elif isinstance(ctrl, w.Button):
+        ctrl.layout.width = "auto"
+        ctrl.layout.min_width = f"{MIN_CONTROL_WIDTH}px"
+
+
 class LiveFigure:
     """Controls (ipywidgets) + a picture redrawn from their values on every change.
+
+    Layout, shared by every figure: the controls in one row that wraps (no control is squeezed
+    below MIN_CONTROL_WIDTH, no label is cut), an optional Play control with its label, then
+    the picture at its natural size (figsize x 100 px per inch, never upscaled; a narrow
+    window scrolls it instead of shrinking its text), then the readout.
 
     Args:
         controls: {name: widget}; each widget's `.value` goes into the state under its name.
@@ -35,7 +68,10 @@ class LiveFigure:
         derive: optional state -> extra entries (e.g. a step counter kept outside the widgets).
         buttons: {label: callback(state) -> dict of updates to `extra`}.
         readout: optional state -> HTML text shown under the picture.
+        play: an ipywidgets.Play that animates one of the controls (shown with its label).
     """
+
+    DPI = 100
 
     def __init__(
         self,
@@ -46,23 +82,48 @@ class LiveFigure:
         extra: dict | None = None,
         buttons: Mapping[str, Callable[[dict], dict]] | None = None,
         readout: Callable[[Mapping], str] | None = None,
+        play=None,
     ):
         import ipywidgets as w
 
         self.controls = dict(controls)
         self.extra = dict(extra or {})
         self._draw, self._figsize, self._readout = draw, figsize, readout
-        self.image = w.Image(format="png")
+        width_px = round(figsize[0] * self.DPI)
+        self.image = w.Image(
+            format="png", layout=w.Layout(width=f"{width_px}px", max_width="none", height="auto")
+        )
         self.html = w.HTML()
         row = list(self.controls.values())
         for label, callback in (buttons or {}).items():
             button = w.Button(description=label)
             button.on_click(lambda _b, cb=callback: self._update(cb(self.state)))
             row.append(button)
+        for ctrl in row:
+            _lay_out_control(ctrl)
+        if play is not None:
+            play.layout.min_width = f"{MIN_CONTROL_WIDTH}px"
+            animate = w.HBox(
+                [w.Label("animate:"), play],
+                layout=w.Layout(align_items="center", width="auto", overflow="visible"),
+            )
+            row.insert(0, animate)
         for ctrl in self.controls.values():
             ctrl.observe(lambda _change: self.refresh(), names="value")
-        self.widget = w.VBox([w.HBox(row[:4]), w.HBox(row[4:]), self.image, self.html])
+        wrap = w.Layout(flex_flow="row wrap", align_items="center", grid_gap="4px 18px")
+        self.row = w.HBox(row, layout=wrap)
+        self.picture = w.Box([self.image], layout=w.Layout(overflow="auto", max_width="100%"))
+        self.widget = w.VBox([self.row, self.picture, self.html])
         self.refresh()
+
+    def all_controls(self) -> list:
+        """Every control the figure shows (the Play control's group unpacked), in order."""
+        import ipywidgets as w
+
+        found = []
+        for child in self.row.children:
+            found.extend(child.children if isinstance(child, w.HBox) else [child])
+        return found
 
     @property
     def state(self) -> dict:
@@ -81,7 +142,7 @@ class LiveFigure:
     def refresh(self) -> None:
         """Redraw the picture (and the readout) from the current state."""
         state = self.state
-        self.image.value = render_png(self._draw, state, self._figsize)
+        self.image.value = render_png(self._draw, state, self._figsize, dpi=self.DPI)
         if self._readout is not None:
             self.html.value = self._readout(state)
 

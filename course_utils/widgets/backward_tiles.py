@@ -323,6 +323,7 @@ def backward_tiles_figure(
         lambda fig, s: draw_backward_tiles(fig, _full_state(s, N, d, Br, Bc), N, d, Br, Bc),
         figsize=(10, 5.6),
         buttons={"Step": advance},
+        play=play,
         readout=lambda s: _readout(_full_state(s, N, d, Br, Bc), N, Br, Bc),
     )
 
@@ -332,6 +333,4 @@ def backward_tiles_figure(
         step_w.value = min(step_w.value, new_total)
 
     causal_w.observe(resize, names="value")
-    first_row = live.widget.children[0]
-    first_row.children = (play, *first_row.children)
     return live

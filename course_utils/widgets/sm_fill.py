@@ -173,6 +173,7 @@ def _fmt_bytes(n: float) -> str:
 def draw_sm_fill(fig, st: SmFillState) -> None:
     """Left: one square per SM (orange busy, violet idle in the first wave). Right: time vs k."""
     from matplotlib.patches import Patch, Rectangle
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
     ax_grid, ax_time = fig.subplots(1, 2, width_ratios=[1, 1.25])
     rows, cols = _grid_shape(st.num_sms)
@@ -187,8 +188,9 @@ def draw_sm_fill(fig, st: SmFillState) -> None:
                 str(st.blocks_per_sm[i]),
                 ha="center",
                 va="center",
-                fontsize=6,
+                fontsize=8 if st.blocks_per_sm[i] < 1000 else 6.5,
                 color="white",
+                fontweight="bold",
             )
     ax_grid.set_xlim(-0.1, cols)
     ax_grid.set_ylim(-0.1, rows)
@@ -224,7 +226,16 @@ def draw_sm_fill(fig, st: SmFillState) -> None:
     best = int(ks[np.argmin(total)])
     ax_time.plot([st.splits], [st.total_s * 1e6], "o", color="black", markersize=8)
     ax_time.set_xscale("log", base=2)
-    ax_time.set_ylim(0, 1.08 * float(max(total.max(), attn.max())) * 1e6)
+    # a log axis around the data: a flat curve (a large batch fills the GPU) sits mid-axis
+    # instead of pinned to the top of an axis that starts at 0
+    ax_time.set_yscale("log")
+    low = float(min(total.min(), attn.min(), st.full_bandwidth_s)) * 1e6
+    high = float(max(total.max(), attn.max())) * 1e6
+    ax_time.set_ylim(low / 1.6, high * 1.6)
+    plain = FuncFormatter(lambda v, _pos: f"{v:,.0f}")
+    ax_time.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax_time.yaxis.set_major_formatter(plain)
+    ax_time.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
     ax_time.set_xticks([1, 2, 4, 8, 16, 32, 64], ["1", "2", "4", "8", "16", "32", "64"])
     ax_time.set_xlabel("splits k")
     ax_time.set_ylabel("modelled time per decode step (µs)")
@@ -233,7 +244,9 @@ def draw_sm_fill(fig, st: SmFillState) -> None:
         f"k = {st.splits} takes {_fmt_time(st.total_s)} (best k = {best})",
         fontsize=9,
     )
-    ax_time.legend(fontsize=8, loc="upper right")
+    ax_time.legend(  # below the axes: it never covers the curve or the current-k marker
+        fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=3, frameon=False
+    )
     ax_time.grid(True, which="both", alpha=0.25)
 
 

@@ -275,8 +275,13 @@ def _score_image(state: dict, N: int, Br: int, Bc: int) -> np.ndarray:
             img[r0:r1] = _hex(ORANGE if kernel == 0 else DARK_ORANGE)
         if causal:  # the -inf scores are written too: a lighter shade of the same colour
             written = img[..., 0] < 1
-            img[hidden & written] = 0.55 * img[hidden & written] + 0.45
+            img[hidden & written] = _lighter(img[hidden & written])
     return img
+
+
+def _lighter(rgba: np.ndarray) -> np.ndarray:
+    """The shade of a colour that marks -inf scores written anyway (picture and legend agree)."""
+    return 0.55 * rgba + 0.45
 
 
 def draw_tile_grid(fig, state: dict, N: int, d: int, Br: int, Bc: int) -> None:
@@ -357,8 +362,11 @@ def draw_tile_grid(fig, state: dict, N: int, d: int, Br: int, Bc: int) -> None:
             Patch(fc=DARK_ORANGE, label="P written to HBM"),
             Patch(fc=GREEN, ec="black", label="O rows written"),
         ]
-        if causal:
-            handles.append(Patch(fc="#fbd2ad", label="-inf scores, written anyway"))
+        if causal:  # the same shades as the picture, one per kernel that wrote them
+            handles += [
+                Patch(fc=tuple(_lighter(_hex(ORANGE))), label="-inf scores of S, written anyway"),
+                Patch(fc=tuple(_lighter(_hex(DARK_ORANGE))), label="0s of P, written anyway"),
+            ]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3,
               fontsize=7.5, frameon=False)  # fmt: skip
 
@@ -411,9 +419,21 @@ def _readout(state: dict, N: int, d: int, Br: int, Bc: int) -> str:
         f"At the end: standard 4N&sup2; + 4Nd = {state['standard_total']:,}; FlashAttention "
         f"{state['flash_total']:,} (ratio {state['standard_total'] / state['flash_total']:.2f}; "
         f"2Br/d = {2 * Br / d:.2f}). FlashAttention also writes N = {N} lse values.",
-        f"Score tiles computed: {computed} of {kinds.size}"
-        + (f" ({int((kinds == MASK).sum())} with the mask)." if state["causal"] else "."),
     ]
+    if state["mode"] == "flash":
+        done = min(state["step"], len(state["schedule"]))
+        line = f"Score tiles computed so far: {done} of the {computed} this pass computes"
+        if state["causal"]:
+            line += (
+                f" ({int((kinds == MASK).sum())} of them with the mask; "
+                f"{int((kinds == SKIP).sum())} of all {kinds.size} tiles skipped)"
+            )
+        lines.append(line + ".")
+    else:
+        lines.append(
+            f"Standard attention computes and writes all {N * N:,} scores, "
+            + ("the masked ones too (no tile is skipped)." if state["causal"] else "tile or not.")
+        )
     return "<br>".join(lines)
 
 
@@ -451,7 +471,6 @@ def tile_grid_figure(
         step = min(total, 2 * _n_tiles(N, Bc) + _n_tiles(N, Bc) // 2 + 1)
     mode_w = w.ToggleButtons(options=[("FlashAttention", "flash"), ("standard", "standard")],
                              value=mode, description="mode")  # fmt: skip
-    mode_w.style.button_width = "110px"
     causal_w = w.Checkbox(value=bool(causal), description="causal", indent=False)
     step_w = w.IntSlider(value=int(min(max(step, 0), total)), min=0, max=total, description="step")
     play = w.Play(value=step_w.value, min=0, max=total, interval=400, description="Play")
@@ -466,6 +485,7 @@ def tile_grid_figure(
         lambda fig, s: draw_tile_grid(fig, _full_state(s, N, d, Br, Bc), N, d, Br, Bc),
         figsize=(10, 5.4),
         buttons={"Step": advance},
+        play=play,
         readout=lambda s: _readout(_full_state(s, N, d, Br, Bc), N, d, Br, Bc),
     )
 
@@ -476,6 +496,4 @@ def tile_grid_figure(
 
     mode_w.observe(resize, names="value")
     causal_w.observe(resize, names="value")
-    first_row = live.widget.children[0]
-    first_row.children = (play, *first_row.children)
     return live
