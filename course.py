@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""The course's two commands. Each sets up a local virtual environment (.venv) the first time.
+"""The course's commands. Each sets up a local virtual environment (.venv) the first time.
 
-    python3 course.py lab    # open JupyterLab on notebooks/ (prints the URL; works headless)
-    python3 course.py test   # lint, format check and every test, notebooks included
+    python3 course.py lab          # the student's JupyterLab on notebooks/ (prints the URL)
+    python3 course.py instructor   # JupyterLab on the repository, with nbgrader's tools
+    python3 course.py test         # lint, format check and every test, notebooks included
 
 Setup is idempotent: the environment is rebuilt only when pyproject.toml changes, and it says
 what it installs as it goes. Torch: on a Linux machine without an NVIDIA driver, torch==2.13.0 is
@@ -135,13 +136,38 @@ def ensure_env() -> Path:
     return py
 
 
-def cmd_lab(args: list[str]) -> int:
-    py = ensure_env()
-    notebooks = ROOT / "notebooks"
-    opts = ["--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={notebooks}"]
+def lab_command(py: Path, root: Path, student: bool) -> tuple[list, dict]:
+    """The JupyterLab command line and environment of the student's or the instructor's lab.
+
+    Both: widget state saved with the notebook (a saved figure reopens as its last picture) and
+    no news or update checks (jupyter/settings/overrides.json). The student's lab also hides the
+    instructor's nbgrader tools and their server parts (jupyter/student/), keeping Validate.
+    """
+    opts = [
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.app_settings_dir={ROOT / 'jupyter' / 'settings'}",
+    ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and Colab-like machines
         opts.append("--allow-root")
-    return run([py, "-m", "jupyter", "lab", *opts, *args])
+    env = dict(os.environ)
+    if student:
+        paths = [str(ROOT / "jupyter" / "student"), env.get("JUPYTER_CONFIG_PATH", "")]
+        env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(p for p in paths if p)
+    return [py, "-m", "jupyter", "lab", *opts], env
+
+
+def cmd_lab(args: list[str]) -> int:
+    py = ensure_env()
+    cmd, env = lab_command(py, ROOT / "notebooks", student=True)
+    return run([*cmd, *args], env=env)
+
+
+def cmd_instructor(args: list[str]) -> int:
+    py = ensure_env()
+    cmd, env = lab_command(py, ROOT, student=False)
+    return run([*cmd, *args], env=env)
 
 
 def cmd_test(args: list[str]) -> int:
@@ -154,7 +180,7 @@ def cmd_test(args: list[str]) -> int:
     return run([py, "-m", "pytest", "-n", jobs, "--dist", "loadgroup", *args])
 
 
-COMMANDS = {"lab": cmd_lab, "test": cmd_test}
+COMMANDS = {"lab": cmd_lab, "instructor": cmd_instructor, "test": cmd_test}
 
 
 def main(argv: list[str]) -> int:
