@@ -72,6 +72,9 @@ class LiveFigure:
     """
 
     DPI = 100
+    # the widest picture that fits a notebook's output area at natural size in a 1280 px window
+    # with JupyterLab's file browser open (about 850 px): wider figures are scaled to this width
+    MAX_WIDTH_IN = 8.4
 
     def __init__(
         self,
@@ -88,6 +91,8 @@ class LiveFigure:
 
         self.controls = dict(controls)
         self.extra = dict(extra or {})
+        if figsize[0] > self.MAX_WIDTH_IN:
+            figsize = (self.MAX_WIDTH_IN, figsize[1] * self.MAX_WIDTH_IN / figsize[0])
         self._draw, self._figsize, self._readout = draw, figsize, readout
         width_px = round(figsize[0] * self.DPI)
         self.image = w.Image(
@@ -114,6 +119,10 @@ class LiveFigure:
         self.row = w.HBox(row, layout=wrap)
         self.picture = w.Box([self.image], layout=w.Layout(overflow="auto", max_width="100%"))
         self.widget = w.VBox([self.row, self.picture, self.html])
+        # names for the browser test (tests/test_browser.py) and for styling
+        self.widget.add_class("course-live-figure")
+        self.row.add_class("course-controls")
+        self.image.add_class("course-picture")
         self.refresh()
 
     def all_controls(self) -> list:

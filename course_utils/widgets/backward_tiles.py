@@ -217,7 +217,7 @@ def draw_backward_tiles(fig, state: dict, N: int, d: int, Br: int, Bc: int) -> N
     ax.set_ylim(N + w + 2 * gap, -w - 4 * gap)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(_describe_step(state, N, Br, Bc), fontsize=9, loc="left")
+    fig.suptitle(_describe_step(state, N, Br, Bc), fontsize=9, x=0.01, ha="left")
     handles = [
         Patch(fc=MAGENTA, ec="black", label="K/V tile, on chip"),
         Patch(fc=YELLOW, ec="black", label="Q, dO tile, streamed"),

@@ -203,9 +203,9 @@ def draw_roofline(fig, st: RooflineState) -> None:
     ax_time.set_xlabel("sequence length N")
     ax_time.set_ylabel("minimum time of one head (µs)")
     ax_time.set_title(
-        f"d = {st.d}, Br = {st.Br}: standard ≥ {_us(std.lower_bound_s)}, "
-        f"Flash ≥ {_us(fl.lower_bound_s)}",
-        fontsize=10,
+        f"one head, d = {st.d}, Br = {st.Br}\n"
+        f"standard ≥ {_us(std.lower_bound_s)}, FlashAttention ≥ {_us(fl.lower_bound_s)}",
+        fontsize=9,
     )
     ax_time.legend(fontsize=8, loc="upper left")
     ax_time.grid(True, which="major", alpha=0.3)

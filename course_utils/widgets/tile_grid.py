@@ -342,7 +342,7 @@ def draw_tile_grid(fig, state: dict, N: int, d: int, Br: int, Bc: int) -> None:
     ax.set_ylim(N + gap, -w - 4 * gap)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(_describe_step(state, N, Br, Bc), fontsize=9, loc="left")
+    fig.suptitle(_describe_step(state, N, Br, Bc), fontsize=9, x=0.01, ha="left")
     if mode == "flash":
         handles = [
             Patch(fc=YELLOW, ec="black", label="Q tile, on chip"),

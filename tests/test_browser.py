@@ -1,0 +1,313 @@
+"""Every solution notebook in a real browser: JupyterLab (the student's lab of course.py) driven by
+Playwright in Debian's Chromium.
+
+For each notebook: Run All with no traceback and no widget error; every live figure renders at
+its natural size (never upscaled, never squeezed) at 1280 and 1920 px, no control is narrower
+than 120 px and no label is cut; every control of every figure changes the picture; saved and
+reopened without a kernel, the notebook shows each figure's last picture. A screenshot of each
+figure goes to $COURSE_SCREENSHOTS (default build/browser-screenshots) for review.
+
+Run alone:  .venv/bin/pytest -m browser -p no:xdist
+Needs:      Chromium (`apt-get install chromium`; .ci/run installs it) and the playwright package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from graders import pipeline
+
+REPO = pipeline.REPO
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+SHOTS = Path(os.environ.get("COURSE_SCREENSHOTS", REPO / "build" / "browser-screenshots"))
+WIDTHS = (1280, 1920)
+MIN_CONTROL_PX = 120
+RUN_ALL_SECONDS = {"06_triton_forward": 300, "07_backward": 300}  # the Triton interpreter
+
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
+
+if CHROMIUM is None or importlib.util.find_spec("playwright") is None:
+    if os.environ.get("CI"):  # CI installs both: a missing browser must not pass silently
+        raise RuntimeError("the browser tests need chromium and playwright (see .ci/run)")
+    pytest.skip("no Chromium or playwright here", allow_module_level=True)
+
+
+def _course_cli():
+    spec = importlib.util.spec_from_file_location("course_cli", REPO / "course.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lab:
+    def __init__(self, root: Path, port: int, token: str, proc: subprocess.Popen):
+        self.root, self.port, self.token, self.proc = root, port, token, proc
+        self.base = f"http://127.0.0.1:{port}"
+
+    def url(self, path: str) -> str:
+        return f"{self.base}/lab/tree/{path}?reset&token={self.token}"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """The student's JupyterLab (course.py's command line), on loopback, over copies of the
+    solution notebooks (saving in the test never touches the repository)."""
+    root = tmp_path_factory.mktemp("lab")
+    for a in pipeline.assignments():
+        shutil.copy(REPO / "solutions" / a / f"{a}.ipynb", root / f"{a}.ipynb")
+    port, token = _free_port(), "course-browser-test"
+    cmd, env = _course_cli().lab_command(Path(sys.executable), root, student=True)
+    cmd = [*cmd, f"--ServerApp.port={port}", f"--IdentityProvider.token={token}"]
+    log = open(root.parent / "lab.log", "w")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=log, stderr=log, cwd=root)
+    lab = Lab(root, port, token, proc)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"{lab.base}/api/status?token={token}", timeout=2):
+                break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        proc.kill()
+        raise RuntimeError(f"JupyterLab did not start: {(root.parent / 'lab.log').read_text()}")
+    yield lab
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ]
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
+        yield b
+        b.close()
+
+
+# ---- helpers that run in the page ----------------------------------------------------------
+
+_PROMPTS = """() => Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputPrompt'))
+    .map(e => e.textContent.trim())"""
+
+_LAYOUT = """(fig) => {
+    const img = fig.querySelector('img.course-picture');
+    const controls = Array.from(fig.querySelectorAll(
+        '.course-controls .widget-slider, .course-controls .widget-dropdown, '
+        + '.course-controls .widget-checkbox, .course-controls .widget-button, '
+        + '.course-controls .widget-toggle-buttons, .course-controls .widget-play'));
+    const texts = Array.from(fig.querySelectorAll(
+        '.course-controls .widget-label, .course-controls .widget-label-basic, '
+        + '.course-controls button, .course-controls label'));
+    const r = img.getBoundingClientRect();
+    return {
+        natural: img.naturalWidth, shown: r.width,
+        narrow: controls.map(c => [c.className, c.getBoundingClientRect().width])
+                        .filter(([_, w]) => w < MIN_PX),
+        cut: texts.filter(t => t.scrollWidth > t.clientWidth + 1 && t.clientWidth > 0)
+                  .map(t => t.textContent.trim()),
+        controls: controls.length,
+    };
+}""".replace("MIN_PX", str(MIN_CONTROL_PX))
+
+
+def _open(page, lab, name: str, kernel: bool = True):
+    page.goto(lab.url(name))
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    if kernel:  # the status bar names the kernel once it is connected and idle
+        page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=120_000)
+
+
+def _run_all(page, seconds: int) -> None:
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        prompts = page.evaluate(_PROMPTS)
+        busy = page.locator(".jp-Notebook-ExecutionIndicator[data-status='busy']").count()
+        if prompts and not busy and all(p.startswith("[") and p[1:-2].isdigit() for p in prompts):
+            return
+        time.sleep(1)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "run-all-timeout.png"))
+    raise AssertionError(f"Run All did not finish in {seconds} s: {page.evaluate(_PROMPTS)}")
+
+
+def _problems(page) -> list[str]:
+    """Tracebacks, stderr output and widget errors shown anywhere in the notebook."""
+    found = []
+    for el in page.locator(
+        ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+    ).all():
+        found.append("stderr/traceback: " + el.inner_text()[:300])
+    for el in page.get_by_text("Error displaying widget").all():
+        found.append("widget error: " + el.inner_text()[:200])
+    return found
+
+
+def _picture(fig) -> str:
+    return fig.locator("img.course-picture").get_attribute("src") or ""
+
+
+def _wait_new_picture(page, fig, before: str, what: str) -> None:
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        if _picture(fig) not in ("", before):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what} did not change the picture")
+
+
+def _exercise_controls(page, fig, label: str) -> int:
+    """Use every control of one figure once; each must change the picture. Returns the count."""
+    used = 0
+    for slider in fig.locator(".course-controls .widget-slider").all():
+        before = _picture(fig)
+        handle = slider.locator(".noUi-handle").first
+        handle.focus()
+        at_max = handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemax")
+        page.keyboard.press("ArrowLeft" if at_max else "ArrowRight")
+        _wait_new_picture(page, fig, before, f"{label}: slider {slider.inner_text()[:30]!r}")
+        used += 1
+    for box in fig.locator(".course-controls .widget-checkbox input").all():
+        before = _picture(fig)
+        box.click()
+        _wait_new_picture(page, fig, before, f"{label}: a checkbox")
+        used += 1
+    for select in fig.locator(".course-controls .widget-dropdown select").all():
+        before = _picture(fig)
+        options = select.locator("option").all()
+        current = select.input_value()
+        other = next(
+            o.get_attribute("value") for o in options if o.get_attribute("value") != current
+        )
+        select.select_option(other)
+        _wait_new_picture(page, fig, before, f"{label}: a dropdown")
+        used += 1
+    for toggle in fig.locator(".course-controls .widget-toggle-buttons").all():
+        before = _picture(fig)
+        toggle.locator("button:not(.mod-active)").first.click()
+        _wait_new_picture(page, fig, before, f"{label}: toggle buttons")
+        used += 1
+    for button in fig.locator(".course-controls .widget-button").all():
+        before = _picture(fig)
+        button.click()
+        _wait_new_picture(page, fig, before, f"{label}: button {button.inner_text()!r}")
+        used += 1
+    for play in fig.locator(".course-controls .widget-play").all():
+        before = _picture(fig)
+        play.locator("button").first.click()  # play
+        _wait_new_picture(page, fig, before, f"{label}: play")
+        play.locator("button").nth(1).click()  # pause
+        used += 1
+    return used
+
+
+def _check_layout(page, fig, label: str, width: int) -> None:
+    fig.scroll_into_view_if_needed()
+    page.wait_for_function(
+        "(f) => { const i = f.querySelector('img.course-picture'); "
+        "return i && i.complete && i.naturalWidth > 0; }",
+        arg=fig.element_handle(),
+        timeout=20_000,
+    )
+    info = fig.evaluate(_LAYOUT)
+    assert info["controls"] > 0, f"{label}: no controls found"
+    assert abs(info["shown"] - info["natural"]) <= 1, (
+        f"{label} at {width} px: picture shown {info['shown']:.0f} px wide, natural "
+        f"{info['natural']} px (upscaled or shrunk)"
+    )
+    assert not info["narrow"], f"{label} at {width} px: controls under 120 px: {info['narrow']}"
+    assert not info["cut"], f"{label} at {width} px: truncated labels {info['cut']}"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    fig.screenshot(path=str(SHOTS / f"{label}-{width}px.png"))
+
+
+@pytest.mark.parametrize("assignment", pipeline.assignments())
+def test_notebook_runs_in_the_browser_and_its_figures_work(lab, browser, assignment):
+    name = f"{assignment}.ipynb"
+    page = browser.new_page(viewport={"width": WIDTHS[0], "height": 1000})
+    try:
+        _open(page, lab, name)
+        _run_all(page, RUN_ALL_SECONDS.get(assignment, 180))
+        assert _problems(page) == [], f"{assignment} after Run All: {_problems(page)}"
+        figures = page.locator(".course-live-figure").all()
+        for k, fig in enumerate(figures):
+            label = f"{assignment}-figure{k + 1}"
+            _check_layout(page, fig, label, WIDTHS[0])
+            assert _exercise_controls(page, fig, label) > 0
+        page.set_viewport_size({"width": WIDTHS[1], "height": 1100})
+        for k, fig in enumerate(figures):
+            _check_layout(page, fig, f"{assignment}-figure{k + 1}", WIDTHS[1])
+        assert _problems(page) == [], f"{assignment} after using the figures: {_problems(page)}"
+        # save: the widget state goes into the file (the course's lab saves it)
+        page.keyboard.press("Control+s")
+        deadline = time.time() + 30
+        saved = {}
+        while time.time() < deadline:
+            saved = json.loads((lab.root / name).read_text())
+            if not figures or saved["metadata"].get("widgets"):
+                break
+            time.sleep(0.5)
+        if figures:
+            assert saved["metadata"].get("widgets"), f"{assignment}: no widget state saved"
+    finally:
+        page.close()
+    if not figures:
+        return
+    # reopen a copy without a kernel: every figure shows its last picture, no widget error
+    nb = nbformat.read(lab.root / name, 4)
+    nb.metadata.pop("kernelspec", None)
+    copy = f"reopened-{assignment}.ipynb"
+    nbformat.write(nb, str(lab.root / copy))
+    page = browser.new_page(viewport={"width": WIDTHS[0], "height": 1000})
+    try:
+        _open(page, lab, copy, kernel=False)
+        dialog = page.locator(".jp-Dialog").get_by_role("button", name="No Kernel")
+        dialog.click(timeout=30_000)
+        shown = page.locator(".course-live-figure img.course-picture")
+        deadline = time.time() + 30
+        while time.time() < deadline and shown.count() < len(figures):
+            time.sleep(0.5)
+        assert shown.count() == len(figures), f"{assignment} reopened: {shown.count()} figures"
+        for k in range(shown.count()):
+            img = shown.nth(k)
+            img.scroll_into_view_if_needed()
+            assert img.evaluate("i => i.naturalWidth") > 0, f"{assignment} reopened: figure {k}"
+        assert _problems(page) == [], f"{assignment} reopened: {_problems(page)}"
+        page.locator(".jp-Notebook").screenshot(path=str(SHOTS / f"{assignment}-reopened.png"))
+    finally:
+        page.close()
