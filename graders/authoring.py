@@ -27,7 +27,21 @@ SETUP_SOURCE = f"""\
 try:
     import course_utils
 except ImportError:
-    %pip install --quiet "course_utils @ git+{REPO_URL}"
+    import subprocess
+    import sys
+
+    class CourseSetupError(Exception):
+        def _render_traceback_(self):  # IPython shows this one line, not a traceback
+            return [str(self)]
+
+    _pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+    _pip.append("course_utils @ git+{REPO_URL}")
+    if subprocess.run(_pip, capture_output=True).returncode != 0:
+        raise CourseSetupError(
+            "✗ The course package could not be installed from {REPO_URL}: check the "
+            "network (on Colab: Runtime > Restart session, then run this cell again), or the "
+            "repository URL in the course's configuration (REPO_URL in graders/authoring.py)."
+        ) from None
     import course_utils"""
 
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
