@@ -1,11 +1,14 @@
 """Autograding throughput: one student's notebooks, and a class, on this machine's cores.
 
-    python -m benchmarks.grading [--students 50] [--jobs N] [--out DIR]
+    python -m benchmarks.grading [--students 50] [--jobs N] [--out DIR] [--unsafe-no-sandbox]
+    python -m benchmarks.grading --compare 5    # one student, sandbox and not, alternating
 
 Builds a synthetic class from the bank of graders/bank.py (each student gets, for every notebook,
 one of: full solution, untouched release, partial answer, or a named mistake, in turn; every file
 written as Jupyter writes it), grades it with `python -m graders grade`, and prints the wall time
-for one student and for the class.
+for one student and for the class. --compare K grades one student's seven notebooks 2K times,
+with and without the sandbox in alternating order, so that both see the same machine; it prints
+each time, the medians and the sandbox's cost.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +34,32 @@ def make_class(folder: Path, students: int) -> None:
             bank.write([one], folder, assignment)
 
 
+def compare(pairs: int, jobs: int, out: str | None) -> int:
+    """One student's notebooks graded with and without the sandbox, in alternating order."""
+    work = Path(out or tempfile.mkdtemp(prefix="grading-compare-"))
+    make_class(work / "one", 1)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for k in range(pairs):
+        for sandbox in (True, False) if k % 2 == 0 else (False, True):
+            t0 = time.perf_counter()
+            dest = work / f"graded-{k}-{'sandbox' if sandbox else 'plain'}"
+            grade(work / "one" / "submitted", dest, jobs=jobs, progress=False, sandbox=sandbox)
+            times[sandbox].append(time.perf_counter() - t0)
+            print(
+                f"pair {k + 1}: {'sandbox   ' if sandbox else 'no sandbox'} "
+                f"{times[sandbox][-1]:.1f} s",
+                flush=True,
+            )
+    with_sb, without = statistics.median(times[True]), statistics.median(times[False])
+    print(
+        f"\n{platform.node()} · {os.cpu_count()} cores · {jobs} jobs · one student, "
+        f"{len(pipeline.assignments())} notebooks, {pairs} pairs\n"
+        f"median with the sandbox {with_sb:.1f} s, without {without:.1f} s: "
+        f"the sandbox costs {100 * (with_sb / without - 1):+.1f} %"
+    )
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--students", type=int, default=50)
@@ -38,7 +68,10 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--unsafe-no-sandbox", action="store_true", help="grade without the bubblewrap sandbox"
     )
+    ap.add_argument("--compare", type=int, default=0, metavar="K", help="K alternating pairs")
     args = ap.parse_args(argv)
+    if args.compare:
+        return compare(args.compare, args.jobs, args.out)
     kw = {"sandbox": False} if args.unsafe_no_sandbox else {}
     work = Path(args.out or tempfile.mkdtemp(prefix="grading-bench-"))
     notebooks = len(pipeline.assignments())
