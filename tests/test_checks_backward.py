@@ -301,6 +301,120 @@ def test_labels_speak_of_the_notebook_and_every_case_has_a_focus():
     assert "section 4" in C._softmax_backward_cases(0, 0)[1].label
 
 
+# ---- the stages of exercise 2 -----------------------------------------------------------------
+def _shape(case):
+    Q, K = case.args[:2]
+    Br, Bc = case.kwargs.get("Br", 16), case.kwargs.get("Bc", 16)
+    return len(Q), len(K), Br, Bc, case.kwargs.get("causal", False)
+
+
+@pytest.mark.parametrize("seed", [0, 1, None])
+def test_the_cases_come_in_the_four_stages_and_each_case_fits_its_stage(seed):
+    cases = C._backward_cases(seed=seed, trials=20)
+    stages = [c.stage for c in cases]
+    assert list(dict.fromkeys(stages)) == list(C.STAGES)  # every stage, in order, contiguous
+    assert C.STAGES == ("plain tiles", "ragged tiles", "causal mask", "N_q != N_k")
+    for case in cases:
+        nq, nk, br, bc, causal = _shape(case)
+        no_key = np.isneginf(case.args[5]).any()
+        if case.stage == "plain tiles":
+            assert not causal and not no_key and nq % br == 0 and nk % bc == 0, case.label
+        elif case.stage == "ragged tiles":
+            assert not causal and not no_key and nq == nk, case.label
+        elif case.stage == "causal mask":
+            assert causal and nq == nk, case.label
+        else:
+            assert not causal and (nq != nk or no_key), case.label
+    # the worked example is the second case of stage 1; each stage has ragged or larger tiles
+    assert "worked example" in cases[1].label and cases[1].stage == "plain tiles"
+    ragged = [c for c in cases if c.stage == "ragged tiles"]
+    assert any(nq % br for nq, _, br, _, _ in map(_shape, ragged))
+    assert any(br > nq for nq, _, br, _, _ in map(_shape, ragged))
+    last = [c for c in cases if c.stage == "N_q != N_k"]
+    assert any(len(c.args[1]) == 0 for c in last)  # no keys at all
+    assert any(np.isneginf(c.args[5]).any() and len(c.args[1]) > 0 for c in last)
+    causal_cases = [c for c in cases if c.stage == "causal mask"]
+    assert any(np.isneginf(c.args[5]).any() for c in causal_cases)
+
+
+def test_the_fixed_cases_of_each_stage_come_smallest_first():
+    cases = [c for c in C._backward_cases(seed=0, trials=0)]
+    for stage in C.STAGES:
+        sizes = [len(c.args[0]) * max(1, len(c.args[1])) for c in cases if c.stage == stage]
+        sizes = sizes[1:] if stage == "N_q != N_k" else sizes  # N_k = 0 first: the empty case
+        assert sizes == sorted(sizes), (stage, sizes)
+
+
+def _learner(bug):
+    def fn(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
+        return C._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug=bug)
+
+    fn.__course_test_double__ = True  # a replay of the module, with a learner's signature
+    return fn
+
+
+def backward_guard_only_when_causal(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
+    """Right, except that lse is guarded only with causal=True (as if only a mask made -inf)."""
+    N, d = Q.shape
+    tau = 1 / math.sqrt(d)
+    D = (dO * O).sum(1)
+    L = np.where(np.isneginf(lse), np.inf, lse) if causal else lse
+    dQ, dK, dV = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
+    for j in range(0, len(K), Bc):
+        k, v = K[j : j + Bc], V[j : j + Bc]
+        for i in range(0, N, Br):
+            rows = np.arange(i, min(i + Br, N))
+            if causal and rows[-1] < j:
+                continue
+            q, do = Q[i : i + Br], dO[i : i + Br]
+            s = tau * q @ k.T
+            if causal:
+                s = np.where(np.arange(j, j + len(k))[None, :] <= rows[:, None], s, -np.inf)
+            with np.errstate(all="ignore"):
+                p = np.exp(s - L[rows, None])
+                dV[j : j + Bc] += p.T @ do
+                ds = p * (do @ v.T - D[rows, None])
+                dQ[i : i + Br] += tau * ds @ k
+                dK[j : j + Bc] += tau * ds.T @ q
+    return dQ, dK, dV
+
+
+@pytest.mark.parametrize(
+    ("fn", "k", "slug"),
+    [
+        (_learner("forgot-D"), 1, "forgot-D"),
+        (_learner("missing-scale"), 1, "missing-scale"),
+        (_learner("ragged-q"), 2, "ragged-tile"),
+        (_learner("ragged-k"), 2, "ragged-tile"),
+        (_learner("no-mask"), 3, "causal-mask-missing"),
+        (_learner("skip-break"), 3, "causal-loop-break"),
+        (_learner("unguarded"), 3, "nan-masked"),
+        (backward_guard_only_when_causal, 4, "nan-masked"),
+    ],
+    ids=["forgot-D", "missing-scale", "ragged-q", "ragged-k", "no-mask", "skip-break",
+         "unguarded", "guard-only-when-causal"],
+)  # fmt: skip
+def test_a_failure_names_its_stage_and_the_stages_that_pass(fn, k, slug):
+    with pytest.raises(CheckFailure) as info:
+        C.check_flash_attention_backward(fn)
+    message = str(info.value)
+    first = message.splitlines()[0]
+    assert first.startswith(
+        f"✗ flash_attention_backward: stage {k} of 4 ({C.STAGES[k - 1]}) fails"
+    ), message
+    for passed in range(1, k):
+        assert f"stage {passed} ({C.STAGES[passed - 1]}) passes" in first
+    later = ", ".join(C.STAGES[k:])
+    assert (f"Still to check after it: {later}." in first) == (k < 4)
+    assert slug_of(info.value) == slug, message
+    assert "is wrong on" in message.splitlines()[1]
+
+
+def test_the_pass_line_names_the_stages():
+    printed = run_quietly(C.check_flash_attention_backward, flash_attention_backward)
+    assert "in 4 stages (plain tiles, ragged tiles, causal mask, N_q != N_k;" in printed
+
+
 # ---- calling the course's code ---------------------------------------------------------------
 def test_calling_the_course_reference_is_refused():
     with pytest.raises(CheckFailure, match=r"\[misconception: calls-reference\]"):

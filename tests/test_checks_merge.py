@@ -244,7 +244,7 @@ def test_hidden_mode_fresh_inputs_pass(trials):
 
 def test_cases_start_with_the_worked_example_and_cover_the_edge_cases():
     cases = checks._merge_cases(0, 5)
-    assert "worked example of section 4" in cases[0].label
+    assert "worked example x = ln(2, 1, 8, 4) of section 4" in cases[0].label
     o1, lse1, o2, lse2 = cases[0].args
     assert (o1[0], o2[0]) == pytest.approx((4 / 3, 10 / 3))
     assert np.exp([lse1[0], lse2[0]]) == pytest.approx([3.0, 12.0])

@@ -669,3 +669,30 @@ def test_quick_merge_is_the_lse_merge():
 def test_quick_check_right_value_of_the_wrong_type_says_so():
     with pytest.raises(CheckFailure, match="the value is right"):
         checks.check_quick_blocks_no_split(np.array([64]))
+
+
+def _quick_questions(assignment: str) -> dict[str, str]:
+    """For each graded quick check of the notebook, the markdown that asks it (the last markdown
+    cell before its answer cell), by the variable the test cell passes."""
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    path = Path(__file__).parents[1] / "solutions" / assignment / f"{assignment}.ipynb"
+    cells = nbformat.read(path, 4).cells
+    asked = {}
+    for i, cell in enumerate(cells):
+        found = re.search(r"check_quick_\w+\((answer_\w+)\)", cell.source)
+        if cell.cell_type != "code" or not found:
+            continue
+        question = next(c for c in reversed(cells[: i - 1]) if c.cell_type == "markdown")
+        asked[found.group(1)] = " ".join(question.source.split())  # one line
+    return asked
+
+
+def test_each_quick_question_names_the_variable_to_set():
+    asked = _quick_questions("05_split_kv")
+    assert set(asked) == {"answer_blocks_no_split", "answer_blocks_split", "answer_chunk_merge"}
+    for variable, question in asked.items():
+        assert f"Set `{variable}`" in question or f"set `{variable}`" in question, variable

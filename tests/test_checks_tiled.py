@@ -481,6 +481,105 @@ def test_flash_cases_cover_the_required_shapes():
     assert all(c.focus for c in cases)
 
 
+def test_the_forward_cases_come_in_the_four_stages_of_the_notebook():
+    """plain tiles, ragged tiles, causal mask, N_q != N_k: contiguous, in that order, and each
+    case belongs to its stage; the worked examples open the first one."""
+    for seed, trials in ((0, 10), (3, 40)):
+        cases = T._flash_cases(seed=seed, trials=trials)
+        order = [c.stage for c in cases]
+        runs = [s for k, s in enumerate(order) if k == 0 or order[k - 1] != s]
+        assert (
+            runs
+            == list(T.FORWARD_STAGES)
+            == [
+                "plain tiles",
+                "ragged tiles",
+                "causal mask",
+                "N_q != N_k",
+            ]
+        )
+        for c in cases:
+            Nq, Nk = len(c.args[0]), len(c.args[1])
+            Br, Bc = c.kwargs.get("Br", 16), c.kwargs.get("Bc", 16)
+            causal = c.kwargs.get("causal", False)
+            if c.stage == "plain tiles":
+                assert not causal and Nq % Br == 0 and Nk % Bc == 0, c.label
+            elif c.stage == "ragged tiles":
+                assert not causal and Nq == Nk and (Nq % Br or Nq % Bc), c.label
+            elif c.stage == "causal mask":
+                assert causal and Nq == Nk, c.label
+            else:
+                assert not causal and Nq != Nk, c.label
+        stage_of = {c.label: c.stage for c in cases}
+        assert any(len(c.args[1]) == 0 for c in cases if c.stage == "N_q != N_k")
+        assert any(
+            c.kwargs.get("Br", 16) > len(c.args[0]) for c in cases if c.stage == "ragged tiles"
+        )
+        assert stage_of[cases[0].label] == "plain tiles" and "section 5a" in cases[0].label
+        assert any("several hundred" in c.label for c in cases if c.stage == "plain tiles")
+        for stage in T.FORWARD_STAGES:  # random cases smallest first, after the fixed ones
+            drawn = [c for c in cases if c.stage == stage and c.label.startswith("random")]
+            sizes = [len(c.args[0]) * len(c.args[1]) for c in drawn]
+            assert sizes == sorted(sizes) and len(drawn) >= trials // 4
+            mine = [c.label for c in cases if c.stage == stage]
+            assert mine[len(mine) - len(drawn) :] == [c.label for c in drawn]
+
+
+def _ragged_query_tile_dropped(Q, K, V, Br=16, Bc=16, causal=False):
+    N = (len(Q) // Br) * Br
+    O, lse = flash_attention_forward(Q[:N], K, V, Br, Bc, causal)
+    return np.vstack([O, np.zeros((len(Q) - N, V.shape[1]))]), np.hstack(
+        [lse, np.zeros(len(Q) - N)]
+    )
+
+
+def _no_keys_lse_zero(Q, K, V, Br=16, Bc=16, causal=False):
+    if len(K) == 0:
+        return np.zeros((len(Q), V.shape[1])), np.zeros(len(Q))
+    return flash_attention_forward(Q, K, V, Br, Bc, causal)
+
+
+def _no_scale(Q, K, V, Br=16, Bc=16, causal=False):
+    return flash_attention_forward(Q * math.sqrt(Q.shape[1]), K, V, Br, Bc, causal)
+
+
+def _mask_hides_diagonal(Q, K, V, Br=16, Bc=16, causal=False):
+    return T._flash_variant(Q, K, V, Br, Bc, causal, visible="c < r")
+
+
+@pytest.mark.parametrize(
+    "learner, header",
+    [
+        (
+            _no_scale,
+            "✗ flash_attention_forward: stage 1 of 4 (plain tiles) fails. Still to check after "
+            "it: ragged tiles, causal mask, N_q != N_k.",
+        ),
+        (
+            _ragged_query_tile_dropped,
+            "✗ flash_attention_forward: stage 2 of 4 (ragged tiles) fails; stage 1 (plain tiles) "
+            "passes. Still to check after it: causal mask, N_q != N_k.",
+        ),
+        (
+            _mask_hides_diagonal,
+            "✗ flash_attention_forward: stage 3 of 4 (causal mask) fails; stage 1 (plain tiles) "
+            "passes; stage 2 (ragged tiles) passes. Still to check after it: N_q != N_k.",
+        ),
+        (
+            _no_keys_lse_zero,
+            "✗ flash_attention_forward: stage 4 of 4 (N_q != N_k) fails; stage 1 (plain tiles) "
+            "passes; stage 2 (ragged tiles) passes; stage 3 (causal mask) passes.",
+        ),
+    ],
+    ids=["plain", "ragged", "causal", "lengths"],
+)
+def test_the_first_failing_stage_is_named(learner, header):
+    with pytest.raises(CheckFailure) as info:
+        T.check_flash_attention_forward(as_learner(quiet(learner)))
+    message = str(info.value)
+    assert message.startswith(header + "\n✗ flash_attention_forward is wrong on "), message
+
+
 def test_labels_speak_of_the_notebook():
     cases = T._flash_cases(seed=0, trials=3) + T._tile_map_cases(seed=0, trials=3)
     rule_cases = [r.case for r in T.forward_rules()]

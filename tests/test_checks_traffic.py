@@ -641,3 +641,31 @@ def test_quick_tile_rows():
         checks.check_quick_tile_rows(193)
     with pytest.raises(CheckFailure):
         checks.check_quick_tile_rows("192?")
+
+
+def test_quick_a100_ridge():
+    assert "✓" in run_quietly(checks.check_quick_a100_ridge, 208)
+    assert "✓" in run_quietly(checks.check_quick_a100_ridge, 312e12 / 1.5e12)
+    with pytest.raises(CheckFailure, match="2 TB/s"):
+        checks.check_quick_a100_ridge(156)
+    with pytest.raises(CheckFailure, match="bytes per FLOP"):
+        checks.check_quick_a100_ridge(1.5 / 312)
+    with pytest.raises(CheckFailure, match="H100"):
+        checks.check_quick_a100_ridge(989 / 3.35)
+    with pytest.raises(CheckFailure):
+        checks.check_quick_a100_ridge(250)
+    with pytest.raises(CheckFailure, match="no answer yet"):
+        checks.check_quick_a100_ridge(None)
+
+
+def test_quick_fa1_q_reads():
+    assert "✓" in run_quietly(checks.check_quick_fa1_q_reads, 1024)
+    assert "✓" in run_quietly(checks.check_quick_fa1_q_reads, 32 * 32)
+    with pytest.raises(CheckFailure, match="minimum"):
+        checks.check_quick_fa1_q_reads(32)
+    with pytest.raises(CheckFailure, match="tiles, not rows"):
+        checks.check_quick_fa1_q_reads(4096)
+    with pytest.raises(CheckFailure):
+        checks.check_quick_fa1_q_reads(1056)
+    with pytest.raises(CheckFailure, match="no answer yet"):
+        checks.check_quick_fa1_q_reads(None)

@@ -653,3 +653,22 @@ def test_quick_checks(check, right, wrong):
         check(wrong)
     with pytest.raises(CheckFailure, match="no answer yet"):
         check(None)
+
+
+def test_each_quick_question_names_the_variable_to_set():
+    import re
+    from pathlib import Path
+
+    import nbformat
+
+    name = "06_triton_forward"
+    cells = nbformat.read(Path(__file__).parents[1] / "solutions" / name / f"{name}.ipynb", 4).cells
+    asked = {}
+    for i, cell in enumerate(cells):
+        found = re.search(r"check_quick_\w+\((answer_\w+)\)", cell.source)
+        if cell.cell_type == "code" and found:  # the question: the last markdown before its answer
+            question = next(c for c in reversed(cells[: i - 1]) if c.cell_type == "markdown")
+            asked[found.group(1)] = " ".join(question.source.split())
+    assert set(asked) == {"answer_num_programs", "answer_qk_scale", "answer_causal_kv_tiles"}
+    for variable, question in asked.items():
+        assert f"Set `{variable}`" in question, variable

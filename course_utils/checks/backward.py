@@ -10,9 +10,12 @@
 Every check runs the learner's function on cases ordered smallest first (the notebook's own
 examples, then edge cases: square and ragged tiles, Br != Bc, Nq != Nk, dv != d, masked entries,
 rows that saw no key, scores of several hundred; then random cases) and names the misconception
-behind a wrong answer. The buggy implementations that show each misconception are in
-SOFTMAX_BACKWARD_MISTAKES and BACKWARD_MISTAKES; a mistake is named only when its replay gives the
-learner's output on the failing case.
+behind a wrong answer. The cases of exercise 2 come in four stages, the order in which the
+notebook builds the function (STAGES: plain tiles, ragged tiles, causal mask, N_q != N_k), each
+with its random cases after its fixed ones; a failure names the first failing stage and the
+stages that pass (see _backward_cases). The buggy implementations that show each misconception
+are in SOFTMAX_BACKWARD_MISTAKES and BACKWARD_MISTAKES; a mistake is named only when its replay
+gives the learner's output on the failing case.
 
 On each case the three gradients are compared one after the other: dV first (it needs only P),
 then dK, then dQ. A mistake in recomputing P is then named by dV whatever else is wrong, and a
@@ -38,6 +41,7 @@ The inputs are read-only copies: `dP -= D`, `Q *= tau` or guarding lse in place 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import io
 import math
@@ -55,6 +59,8 @@ from ._core import (
     Mistake,
     Rule,
     _arg_names,
+    _stage_header,
+    _stage_order,
     bounded_loads_rule,
     frozen,
     memory_budget,
@@ -720,19 +726,70 @@ _FOCUS_SHAPES = "Nq != N_k and dv != d: the shapes of the five products of secti
 _FOCUS_NO_KEYS = "rows that saw no key (lse = -inf, O = 0): their P is 0, with no NaN or inf"
 _FOCUS_HUGE = "scores of several hundred: exp(S - lse) <= 1 never overflows (section 3)"
 
+# The stages of exercise 2, in the order the notebook builds them (each adds one thing).
+PLAIN, RAGGED, CAUSAL, NQ_NK = "plain tiles", "ragged tiles", "causal mask", "N_q != N_k"
+STAGES = (PLAIN, RAGGED, CAUSAL, NQ_NK)
+
+
+def _stage_of_random(t: int) -> str:
+    """The stage of random case t: the random cases go round the stages."""
+    return STAGES[t % len(STAGES)]
+
+
+def _random_case(rng, t):
+    """(problem, Br, Bc, causal, label, focus) of random case t, drawn to fit its stage."""
+    stage = _stage_of_random(t)
+    d, dv = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+    causal, no_key = False, []
+    if stage == PLAIN:  # N a multiple of both tile sizes
+        Br, Bc = (int(b) for b in rng.choice([1, 2, 3, 4, 6, 8], size=2))
+        step = math.lcm(Br, Bc)
+        Nq = Nk = step * int(rng.integers(1, 40 // step + 1))
+    else:
+        Br, Bc = (int(b) for b in rng.integers(1, 17, size=2))
+        Nq = Nk = int(rng.integers(1, 41))
+    if stage == CAUSAL:
+        causal = True
+    if stage == NQ_NK:
+        Nk = int(rng.choice([n for n in range(1, 41) if n != Nq]))
+    if stage in (CAUSAL, NQ_NK):
+        no_key = [r for r in range(Nq) if rng.random() < 0.15]
+    label = f"random case {t + 1}: Nq = {Nq}, Nk = {Nk}, d = {d}, dv = {dv}, Br = {Br}, Bc = {Bc}"
+    if no_key:
+        label += f", {len(no_key)} row(s) without keys"
+    focus = {PLAIN: _FOCUS_FORMULAS, RAGGED: _FOCUS_RAGGED, CAUSAL: _FOCUS_OFF_CORNER}.get(
+        stage, _FOCUS_SHAPES
+    )
+    problem = _problem(rng, Nq, Nk, d, dv, no_key_rows=no_key, causal=causal)
+    return stage, problem, Br, Bc, causal, label, _FOCUS_NO_KEYS if no_key else focus
+
 
 def _backward_cases(seed, trials):
+    """The cases of exercise 2, stage by stage (STAGES), smallest first inside each stage:
+
+    plain tiles   non-causal, Br divides N_q and Bc divides N_k: the worked example of section 6
+                  (one query, four keys), square tiles, Br != Bc, dv != d, scores of several
+                  hundred, many tiles
+    ragged tiles  non-causal, N_q = N_k: last tiles cut short, one tile larger than N
+    causal mask   N_q = N_k, causal: square and off-corner tiles, rows marked as without key
+    N_q != N_k    non-causal, more keys than queries or fewer, no keys at all (N_k = 0), rows
+                  without keys (lse = -inf, O = 0)
+
+    The random cases (trials of them) go round the four stages, each drawn to fit its stage,
+    and follow that stage's fixed cases.
+    """
     rng = np.random.default_rng(0)  # the fixed edge cases are the same every time
 
     def given(Q, K, V, dO):
         Q, K, V, dO = (np.array(a, dtype=float) for a in (Q, K, V, dO))
         return _with_forward(Q, K, V, dO)
 
-    def case(label, problem, Br=None, Bc=None, causal=False, focus=_FOCUS_FORMULAS):
+    def case(stage, label, problem, Br=None, Bc=None, causal=False, focus=_FOCUS_FORMULAS):
         kwargs = {} if Br is None else {"Br": Br, "Bc": Bc}
         if causal:
             kwargs["causal"] = True
-        return Case(label + (", causal" if causal else ""), problem, kwargs, focus=focus)
+        label += ", causal" if causal else ""
+        return Case(label, problem, kwargs, focus=focus, stage=stage)
 
     # d = 1 and q = 1: the keys are the scores (tau = 1); dO = 1, so dP = the values
     example = given([[1.0]], np.log([[2.0], [1.0], [8.0], [4.0]]), [[1], [2], [3], [4]], [[1.0]])
@@ -741,79 +798,75 @@ def _backward_cases(seed, trials):
     whole_two = given(
         [[1.0], [-1.0]], [[1], [3], [2], [5]], [[10], [20], [30], [40]], [[1.0], [0.5]]
     )
+    # rows of scores near 800, 300, 0 and -650: the lse are more than 1000 apart
+    huge = given(
+        [[30.0, 27.0], [10.0, 12.0], [0.3, -0.2], [-22.0, -25.0]],
+        rng.standard_normal((4, 2)) + [[20.0, 20.0]],
+        rng.standard_normal((4, 2)),
+        rng.standard_normal((4, 2)),
+    )
     no_keys = given(
         rng.standard_normal((3, 2)), np.zeros((0, 2)), np.zeros((0, 2)), rng.standard_normal((3, 2))
     )
-    # one row of scores near 800, one near -600, one near 0: the lse are more than 1000 apart
-    huge = given(
-        [[30.0, 27.0], [-22.0, -25.0], [0.3, -0.2]],
-        rng.standard_normal((6, 2)) + [[20.0, 20.0]],
-        rng.standard_normal((6, 2)),
-        rng.standard_normal((3, 2)),
-    )
     cases = [
-        case("N = 2, d = 1, one 2 x 2 tile (Br = Bc = 2)", two, 2, 2),
-        case("the worked example of section 6: one query, scores ln [2, 1, 8, 4], values "
+        case(PLAIN, "N = 2, d = 1, one 2 x 2 tile (Br = Bc = 2)", two, 2, 2),
+        case(PLAIN, "the worked example of section 6: one query, scores ln [2, 1, 8, 4], values "
              "[1, 2, 3, 4], dO = 1, Bc = 2", example, 1, 2, focus=_FOCUS_LSE),
-        case("one query, scores [1, 3, 2, 5], values [10, 20, 30, 40], dO = 1, Bc = 2",
+        case(PLAIN, "one query, scores [1, 3, 2, 5], values [10, 20, 30, 40], dO = 1, Bc = 2",
              whole, 1, 2, focus=_FOCUS_LSE),
-        case("two queries, scores +-[1, 3, 2, 5], values [10, 20, 30, 40], Br = Bc = 2",
+        case(PLAIN, "two queries, scores +-[1, 3, 2, 5], values [10, 20, 30, 40], Br = Bc = 2",
              whole_two, 2, 2),
-        case("N = 4, d = 2, Br = Bc = 2", _problem(rng, 4, 4, 2), 2, 2),
-        case("N = 4, d = 2, Br = Bc = 2", _causal_problem(rng, 4, 2), 2, 2, True,
+        case(PLAIN, "N = 4, d = 2, Br = Bc = 2", _problem(rng, 4, 4, 2), 2, 2),
+        case(PLAIN, "N = 4, d = 2, Br = Bc = 2, scores near 800, 300, 0 and -650 (lse more "
+             "than 1000 apart)", huge, 2, 2, focus=_FOCUS_HUGE),
+        case(PLAIN, "N = 6, d = 3, dv = 2, Br = Bc = 3", _problem(rng, 6, 6, 3, 2), 3, 3,
+             focus=_FOCUS_SHAPES),
+        case(PLAIN, "N = 24, d = 4, Br = 4, Bc = 6 (many tiles, Br != Bc)",
+             _problem(rng, 24, 24, 4), 4, 6),
+        case(RAGGED, "N = 5, d = 4, Br = Bc = 8 (one tile, Br > N)", _problem(rng, 5, 5, 4),
+             8, 8, focus=_FOCUS_RAGGED),
+        case(RAGGED, "N = 7, d = 3, Br = 3, Bc = 2 (ragged tiles)", _problem(rng, 7, 7, 3), 3, 2,
+             focus=_FOCUS_RAGGED),
+        case(RAGGED, "N = 10, d = 4, default tiles Br = Bc = 16", _problem(rng, 10, 10, 4),
+             focus=_FOCUS_RAGGED),
+        case(RAGGED, "N = 37, d = 8, Br = 5, Bc = 6 (many tiles)", _problem(rng, 37, 37, 8), 5, 6,
+             focus=_FOCUS_RAGGED),
+        case(CAUSAL, "N = 3, d = 2, one tile (Br = Bc = 3)", _causal_problem(rng, 3, 2), 3, 3,
+             True, focus=_FOCUS_CAUSAL),
+        case(CAUSAL, "N = 4, d = 2, Br = Bc = 2", _causal_problem(rng, 4, 2), 2, 2, True,
              focus=_FOCUS_CAUSAL),
-        case("N = 3, d = 2, one tile (Br = Bc = 3)", _causal_problem(rng, 3, 2), 3, 3, True,
-             focus=_FOCUS_CAUSAL),
-        case("N = 4, d = 2, Br = Bc = 1 (one score per tile)", _causal_problem(rng, 4, 2),
+        case(CAUSAL, "N = 4, d = 2, Br = Bc = 1 (one score per tile)", _causal_problem(rng, 4, 2),
              1, 1, True, focus=_FOCUS_CAUSAL),
-        case("N = 6, d = 3, dv = 2, Br = Bc = 3", _problem(rng, 6, 6, 3, 2), 3, 3,
-             focus=_FOCUS_SHAPES),
-        case("N = 7, d = 3, Br = 3, Bc = 2 (ragged tiles)", _problem(rng, 7, 7, 3), 3, 2,
-             focus=_FOCUS_RAGGED),
-        case("N = 7, d = 3, Br = 3, Bc = 2 (ragged, Br > Bc)", _causal_problem(rng, 7, 3),
+        case(CAUSAL, "N = 5, d = 4, Br = Bc = 8 (one tile, Br > N)", _causal_problem(rng, 5, 4),
+             8, 8, True, focus=_FOCUS_CAUSAL),
+        case(CAUSAL, "N = 7, d = 3, Br = 3, Bc = 2 (ragged, Br > Bc)", _causal_problem(rng, 7, 3),
              3, 2, True, focus=_FOCUS_OFF_CORNER),
-        case("N = 7, d = 3, Br = 2, Bc = 3 (ragged, Br < Bc)", _causal_problem(rng, 7, 3),
+        case(CAUSAL, "N = 7, d = 3, Br = 2, Bc = 3 (ragged, Br < Bc)", _causal_problem(rng, 7, 3),
              2, 3, True, focus=_FOCUS_OFF_CORNER),
-        case("Nq = 5 queries, Nk = 9 keys, d = 2, Br = 2, Bc = 4", _problem(rng, 5, 9, 2), 2, 4,
-             focus=_FOCUS_SHAPES),
-        case("Nq = 9 queries, Nk = 4 keys, d = 2, Br = 4, Bc = 3", _problem(rng, 9, 4, 2), 4, 3,
-             focus=_FOCUS_SHAPES),
-        case("N = 5, d = 4, Br = Bc = 8 (one tile, Br > N)", _causal_problem(rng, 5, 4),
-             8, 8, True, focus=_FOCUS_RAGGED),
-        case("N = 10, d = 4, default tiles Br = Bc = 16", _problem(rng, 10, 10, 4),
-             focus=_FOCUS_RAGGED),
-        case("N = 12, d = 4, Br = 8, Bc = 3", _causal_problem(rng, 12, 4), 8, 3, True,
+        case(CAUSAL, "N = 9, d = 2, Br = 4, Bc = 3; rows 2 and 5 saw no key (lse = -inf, O = 0)",
+             _causal_problem(rng, 9, 2, no_key_rows=(2, 5)), 4, 3, True, focus=_FOCUS_NO_KEYS),
+        case(CAUSAL, "N = 12, d = 4, Br = 8, Bc = 3", _causal_problem(rng, 12, 4), 8, 3, True,
              focus=_FOCUS_OFF_CORNER),
-        case("Nq = 3 queries and no keys at all (Nk = 0)", no_keys, 2, 2,
-             focus=_FOCUS_NO_KEYS),
-        case("Nq = 6, Nk = 5, d = 2, Br = Bc = 2; rows 1 and 4 saw no key (lse = -inf, O = 0)",
-             _problem(rng, 6, 5, 2, no_key_rows=(1, 4)), 2, 2, focus=_FOCUS_NO_KEYS),
-        case("N = 6, d = 2, Br = 4, Bc = 3; rows 2 and 5 saw no key (lse = -inf, O = 0)",
-             _causal_problem(rng, 6, 2, no_key_rows=(2, 5)), 4, 3, True, focus=_FOCUS_NO_KEYS),
-        case("3 queries with scores near 800, -600 and 0 (lse more than 1000 apart), 6 keys, "
-             "Br = 2, Bc = 3", huge, 2, 3, focus=_FOCUS_HUGE),
-        case("N = 37, d = 8, Br = 4, Bc = 3 (many tiles)", _causal_problem(rng, 37, 8),
+        case(CAUSAL, "N = 37, d = 8, Br = 4, Bc = 3 (many tiles)", _causal_problem(rng, 37, 8),
              4, 3, True, focus=_FOCUS_CAUSAL),
-        case("N = 37, d = 8, Br = 5, Bc = 6 (many tiles)", _problem(rng, 37, 37, 8), 5, 6),
+        case(NQ_NK, "Nq = 3 queries and no keys at all (Nk = 0)", no_keys, 2, 2,
+             focus=_FOCUS_NO_KEYS),
+        case(NQ_NK, "Nq = 2 queries, Nk = 6 keys, d = 2, Br = 2, Bc = 3", _problem(rng, 2, 6, 2),
+             2, 3, focus=_FOCUS_SHAPES),
+        case(NQ_NK, "Nq = 9 queries, Nk = 4 keys, d = 2, Br = 4, Bc = 3", _problem(rng, 9, 4, 2),
+             4, 3, focus=_FOCUS_SHAPES),
+        case(NQ_NK, "Nq = 5 queries, Nk = 9 keys, d = 2, Br = 2, Bc = 4", _problem(rng, 5, 9, 2),
+             2, 4, focus=_FOCUS_SHAPES),
+        case(NQ_NK, "Nq = 8, Nk = 7, d = 2, Br = Bc = 2; rows 1 and 4 saw no key (lse = -inf, "
+             "O = 0)", _problem(rng, 8, 7, 2, no_key_rows=(1, 4)), 2, 2, focus=_FOCUS_NO_KEYS),
     ]  # fmt: skip
     rng = np.random.default_rng(seed)
-    for t in range(trials):
-        causal = bool(rng.integers(2))
-        Nq = int(rng.integers(1, 41))
-        Nk = Nq if causal or rng.random() < 0.5 else int(rng.integers(1, 41))
-        d, dv = int(rng.integers(1, 9)), int(rng.integers(1, 9))
-        Br, Bc = (int(b) for b in rng.integers(1, 17, size=2))
-        label = (
-            f"random case {t + 1}: Nq = {Nq}, Nk = {Nk}, d = {d}, dv = {dv}, Br = {Br}, Bc = {Bc}"
-        )
-        no_key = [r for r in range(Nq) if rng.random() < 0.15]
-        problem = _problem(rng, Nq, Nk, d, dv, no_key_rows=no_key, causal=causal)
-        if no_key:
-            label += f", {len(no_key)} row(s) without keys"
-        focus = _FOCUS_OFF_CORNER if causal else _FOCUS_FORMULAS
-        cases.append(
-            case(label, problem, Br, Bc, causal, focus=_FOCUS_NO_KEYS if no_key else focus)
-        )
+    drawn = [_random_case(rng, t) for t in range(trials)]
+    for stage in STAGES:  # after the fixed cases of their stage
+        at = max(k for k, c in enumerate(cases) if c.stage == stage) + 1
+        extra = [case(s, label, p, Br, Bc, causal, focus) for s, p, Br, Bc, causal, label, focus
+                 in drawn if s == stage]  # fmt: skip
+        cases[at:at] = extra
     return cases
 
 
@@ -987,8 +1040,16 @@ def check_flash_attention_backward(fn: Callable, seed: int | None = 0, trials: i
     """Check flash_attention_backward(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False).
 
     It must return (dQ, dK, dV), compared with the naive backward (which materializes P) to
-    1e-8, case by case (smallest first): dV, then dK, then dQ. Then the rules (see the module's
-    docstring): no N x N_k array, tiles of Br and Bc rows, the tiles above the diagonal skipped.
+    1e-8, case by case: dV, then dK, then dQ. The cases come in four stages, the order in which
+    the notebook builds the function, and a failure names the first failing stage:
+
+        1. plain tiles    non-causal, Br divides N_q and Bc divides N_k (the worked example)
+        2. ragged tiles   last tiles cut short, a tile larger than N
+        3. causal mask    tiles skipped above the diagonal, masked across it; rows without keys
+        4. N_q != N_k     more or fewer keys than queries, no keys at all, rows without keys
+
+    Then the rules (see the module's docstring): no N x N_k array, tiles of Br and Bc rows, the
+    tiles above the diagonal skipped.
 
     Args:
         fn: the learner's function.  seed: random cases' seed (None: fresh ones).
@@ -1012,20 +1073,26 @@ def check_flash_attention_backward(fn: Callable, seed: int | None = 0, trials: i
     ]
     settings = dict(rtol=1e-8, atol=1e-10, low_precision_below=1e-5)
     rules = _backward_rules()
+    stages = _stage_order(cases)
     current = cases[0]
     try:
-        for current in cases:  # smallest first; on each case dV, then dK, then dQ
+        for current in cases:  # stage by stage; on each case dV, then dK, then dQ
+            unstaged = dataclasses.replace(current, stage="")  # the stage is said here, below
             for out_name, learner, reference, mistakes in rounds:
-                with contextlib.redirect_stdout(io.StringIO()):  # one pass line, at the end
-                    run_cases(
-                        name,
-                        learner,
-                        reference,
-                        [current],
-                        outputs=(out_name,),
-                        mistakes=mistakes,
-                        **settings,
-                    )
+                try:
+                    with contextlib.redirect_stdout(io.StringIO()):  # one pass line, at the end
+                        run_cases(
+                            name,
+                            learner,
+                            reference,
+                            [unstaged],
+                            outputs=(out_name,),
+                            mistakes=mistakes,
+                            **settings,
+                        )
+                except CheckFailure as failure:
+                    header = _stage_header(name, stages, current.stage)
+                    raise CheckFailure(header + str(failure)) from None
         for rule in rules:
             current = rule.case
             with contextlib.redirect_stdout(io.StringIO()):
@@ -1042,8 +1109,8 @@ def check_flash_attention_backward(fn: Callable, seed: int | None = 0, trials: i
     except CheckFailure as failure:
         raise _explained(failure, fn, current) from None
     print(
-        f"✓ {name}: {len(cases)} cases match the reference (dV, dK and dQ; causal and not, "
-        f"ragged N, Br != Bc, Nq != Nk, rows without keys); {len(rules)} rules hold (no "
+        f"✓ {name}: {len(cases)} cases match the reference in {len(stages)} stages "
+        f"({', '.join(stages)}; dV, dK and dQ, rows without keys); {len(rules)} rules hold (no "
         "N x N_k array, Br x Bc tiles, the tiles above the diagonal skipped)"
     )
 

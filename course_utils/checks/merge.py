@@ -340,8 +340,8 @@ _F_BOTH = "both sets empty: o = 0 and lse = -inf, never exp(-inf - (-inf))"
 def _merge_cases(seed, trials: int) -> list[Case]:
     cases = [
         Case(
-            "the worked example of section 4: A = (4/3, ln 3), B = (10/3, ln 12), one row, "
-            "scalar values",
+            "the worked example x = ln(2, 1, 8, 4) of section 4: A = (4/3, ln 3), "
+            "B = (10/3, ln 12), one row, scalar values",
             (_rows(4 / 3), _rows(LN(3)), _rows(10 / 3), _rows(LN(12))),
             focus=_F_WEIGHTS,
         ),

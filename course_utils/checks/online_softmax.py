@@ -5,7 +5,7 @@ cases (a huge score, -inf entries, a row that is all -inf, an empty stream), the
 inputs. The buggy functions below are the misconceptions a check can name; the cases are ordered
 so that each bug first fails on an input where only its own buggy function matches:
 
-    the scores s = (2, 4, 1, 3) of further exercise 1 (block 2 does not raise the max) separate
+    the scores s = (2, 4, 1, 3) of quick check 4 (block 2 does not raise the max) separate
         "own-block-max" from "no-rescale" (which is right as long as the max never grows);
     the example of section 4(b) (block 2 raises the max) catches "no-rescale" and
         "rescale-l-not-acc";
@@ -53,7 +53,7 @@ NEG_INF = -np.inf
 EXAMPLE_X, EXAMPLE_V = frozen(np.log([2.0, 1.0, 8.0, 4.0]), np.array([1.0, 2.0, 3.0, 4.0]))
 # The example of section 4(c), in the block-local form (block 2 raises the max from 3 to 5) ...
 LOCAL_X, LOCAL_V = frozen(np.array([1.0, 3.0, 2.0, 5.0]), np.array([10.0, 20.0, 30.0, 40.0]))
-# ... and further exercise 1 (block 2 has max 3 < 4: the running max does not grow).
+# ... and quick check 4 (block 2 has max 3 < 4: the running max does not grow).
 FURTHER_X, FURTHER_V = frozen(np.array([2.0, 4.0, 1.0, 3.0]), np.array([5.0, 15.0, 25.0, 35.0]))
 
 
@@ -483,8 +483,8 @@ def _random_scores(rng, shape, *, mask=True):
 def _stats_cases(seed, trials):
     cases = [
         Case(
-            "the scores s = (2, 4, 1, 3) of further exercise 1, block 2 (block 2 does not raise "
-            "the max)",
+            "the scores s = (2, 4, 1, 3) of quick check 4, block 2 (block 2 does not raise the "
+            "max)",
             (FURTHER_X, 2),
             focus=_FOCUS_RESCALE,
         ),
@@ -557,8 +557,8 @@ def _attention_cases(seed, trials):
     rng1 = np.random.default_rng(1)
     cases = [
         Case(
-            "further exercise 1: s = (2, 4, 1, 3), v = (5, 15, 25, 35), block 2 (block 2 does "
-            "not raise the max)",
+            "the scores s = (2, 4, 1, 3), v = (5, 15, 25, 35) of quick check 4, block 2 (block 2 "
+            "does not raise the max)",
             (FURTHER_X, FURTHER_V, 2),
             focus=_FOCUS_RESCALE,
         ),
@@ -838,8 +838,9 @@ def check_quick_second_example(answer) -> None:
         [
             (
                 unscaled,
-                "you added block 2's sums, taken relative to its own max 3, without scaling them "
-                "by exp(3 - 4): relative to the running max 4 they are e^-1 times smaller",
+                "that weighs the two blocks as if both had the same max. Block 2 does not raise "
+                "the max: it stays 4, so the old sums keep the factor 1, and block 2's terms are "
+                "e^{x_i - 4} (taken relative to its own max 3, they need scale_new = exp(3 - 4))",
             ),
             (float(own[0][0] @ v[:2] / own[0][0].sum()), "that is block 1's output alone"),
             (float(own[1][0] @ v[2:] / own[1][0].sum()), "that is block 2's output alone"),

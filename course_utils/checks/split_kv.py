@@ -415,7 +415,7 @@ DECODE_MISTAKES: list[Mistake] = _mistakes(
 # ---------------------------------------------------------------------------------------------
 
 
-def _lesson_qkv():
+def _example_qkv():
     """One query whose scores are (ln 2, 0, ln 8, ln 4) (d = 1, tau = 1), values (1, 2, 3, 4)."""
     q = np.array([1.0])
     K = np.log([[2.0], [1.0], [8.0], [4.0]])
@@ -449,7 +449,7 @@ _FOCUS_SAFE = (
 
 
 def _split_cases(seed, trials: int) -> list[Case]:
-    q, K, V = _lesson_qkv()
+    q, K, V = _example_qkv()
     fixed = np.random.default_rng(2023)  # the fixed cases do not depend on seed
     q1, K1, V1 = _random_qkv(fixed, 1, 4, 3)
     q10, K10, V10 = _random_qkv(fixed, 10, 4, 2, sharpness=2.0)

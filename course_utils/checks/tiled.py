@@ -6,16 +6,20 @@
     check_quick_causal_tiles(answer)     causal score tiles computed at N = 16,384, B = 128
     check_quick_traffic_ratio(answer)    standard / FlashAttention HBM traffic, Br = 128, d = 64
 
-Every check runs the learner's function on cases ordered smallest first (the worked examples of
-section 5 of the notebook, then edge cases: ragged lengths, Br != Bc, Br > N, N_k != N, no keys;
-then random cases) and names the misconception behind a wrong answer, only when a buggy
-implementation that shows it reproduces the learner's output (TILE_MAP_MISTAKES,
-FLASH_O_MISTAKES, FLASH_LSE_MISTAKES); otherwise it says which part of the specification the
-failing case exercises.
+Every check runs the learner's function on cases ordered smallest first and names the
+misconception behind a wrong answer, only when a buggy implementation that shows it reproduces
+the learner's output (TILE_MAP_MISTAKES, FLASH_O_MISTAKES, FLASH_LSE_MISTAKES); otherwise it says
+which part of the specification the failing case exercises.
 
-The forward pass is checked in two rounds: O on every case first, then lse. A mistake in O (the
-mask, the rescale, the tiles) is then named whatever the learner did with lse, and a base-2 lse is
-named once O is right. Then the rules the exercise states (forward_rules): Q, K and V read in
+The forward pass is checked in four stages, the order in which the notebook asks to build it:
+plain tiles (no mask, tiles that divide the lengths, the worked examples of section 5 first), then
+ragged tiles (N not a multiple of Br or Bc, Br != Bc, a tile larger than N), then the causal mask,
+then N_q != N_k (N_k = 0 included); inside a stage the fixed cases come smallest first, then the
+random ones. A failure names its stage and the stages that pass (FORWARD_STAGES, Case.stage).
+
+It is checked in two rounds: O on every case first, then lse. A mistake in O (the mask, the
+rescale, the tiles) is then named whatever the learner did with lse, and a base-2 lse is named
+once O is right. Then the rules the exercise states (forward_rules): Q, K and V read in
 tiles of Br and Bc rows (traced inputs), no N x N_k array (a memory budget), and, with the causal
 mask, no K/V tile above the diagonal read (loads bounded by the check's own tiled loop).
 
@@ -59,6 +63,7 @@ from ._core import (
 __all__ = [
     "FLASH_LSE_MISTAKES",
     "FLASH_O_MISTAKES",
+    "FORWARD_STAGES",
     "TILE_MAP_MISTAKES",
     "check_causal_tile_map",
     "check_flash_attention_forward",
@@ -803,6 +808,31 @@ def forward_rules() -> list[Rule]:
     return [_tile_rules(), _memory_rule(), _skip_rule()]
 
 
+# The stages of exercise 2, in the order the notebook asks to build them: the cases come stage by
+# stage, smallest first inside each, so the first failure is named with its stage (run_cases).
+PLAIN, RAGGED, CAUSAL, LENGTHS = "plain tiles", "ragged tiles", "causal mask", "N_q != N_k"
+FORWARD_STAGES = (PLAIN, RAGGED, CAUSAL, LENGTHS)
+
+
+def _random_forward_case(rng, stage):
+    """Sizes (Nq, Nk, d, Br, Bc) of a random case that belongs to `stage`."""
+    d = int(rng.integers(1, 9))
+    if stage == PLAIN:  # every tile full: N a multiple of Br and of Bc
+        Br, Bc = (int(b) for b in rng.integers(1, 9, size=2))
+        step = math.lcm(Br, Bc)
+        N = step * int(rng.integers(1, max(1, 48 // step) + 1))
+        return N, N, d, Br, Bc
+    while True:
+        Nq, Nk = (int(n) for n in rng.integers(1, 49, size=2))
+        Br, Bc = (int(b) for b in rng.integers(1, 21, size=2))
+        if stage == LENGTHS and Nq != Nk:
+            return Nq, Nk, d, Br, Bc
+        if stage == CAUSAL:
+            return Nq, Nq, d, Br, Bc
+        if stage == RAGGED and (Nq % Br or Nq % Bc):
+            return Nq, Nq, d, Br, Bc
+
+
 def _flash_cases(seed, trials):
     rng = np.random.default_rng(0)  # the fixed edge cases are the same every time
     one_query = np.array([[1.0]])  # with d = 1 and tau = 1 the keys are the scores
@@ -812,6 +842,7 @@ def _flash_cases(seed, trials):
     values_5b = np.array([[1.0], [2.0], [3.0], [4.0]])
     keys_5a_large = np.array([[715.0], [720.0], [721.0], [719.0]])  # exp(720) overflows
     keys_apart = np.array([[700.0], [690.0], [710.0], [705.0]])  # row 2 sees the negatives
+    two_queries = np.array([[1.0], [-1.0]])
     no_keys = (rng.standard_normal((3, 2)), np.zeros((0, 2)), np.zeros((0, 2)))
 
     update = "the update of section 4 (m_i, l_i and acc rescaled by alpha when the max grows)"
@@ -819,71 +850,104 @@ def _flash_cases(seed, trials):
     ragged = "ragged last tiles: range(0, N, Br), the last tile clipped at N"
     big = "a tile larger than N (one tile, clipped at N)"
     large = "scores of several hundred: exp(s - m_new) with each row's own running max"
+    positions = "Br != Bc (compare positions, not tile numbers)"
+    lengths = "N_k != N: the query tiles cut Q, the key tiles cut K and V"
 
-    def case(label, qkv, Br=None, Bc=None, causal=False, focus=update):
+    def case(stage, label, qkv, Br=None, Bc=None, causal=False, focus=update):
         kwargs = {} if Br is None else {"Br": Br, "Bc": Bc}
         if causal:
             kwargs["causal"] = True
-        return Case(label + (", causal" if causal else ""), qkv, kwargs, focus=focus)
+        label += ", causal" if causal else ""
+        return Case(label, qkv, kwargs, focus=focus, stage=stage)
 
-    cases = [
-        case("the example of section 5a: scores (1, 3, 2, 5), values (10, 20, 30, 40), Bc = 2",
-             (one_query, keys_5a, values_5a), 1, 2),
-        case("the example of section 5b: e^scores = (2, 1, 8, 4), values (1, 2, 3, 4), Bc = 2",
-             (one_query, keys_5b, values_5b), 1, 2),
-        case("two queries against the keys of section 5a, Br = Bc = 2",
-             (np.array([[1.0], [-1.0]]), keys_5a, values_5a), 2, 2),
-        case("N = 4, d = 2, Br = Bc = 2", _qkv(rng, 4, 4, 2), 2, 2),
-        case("the example of section 5a with scores of several hundred: (715, 720, 721, 719)",
-             (one_query, keys_5a_large, values_5a), 1, 2, focus=large),
-        case("two queries whose scores are 1400 apart: +-(700, 690, 710, 705), Br = Bc = 2",
-             (np.array([[1.0], [-1.0]]), keys_apart, values_5a), 2, 2, focus=large),
-        case("N = 3, d = 2, one tile (Br = Bc = 3)", _qkv(rng, 3, 3, 2), 3, 3, True, mask),
-        case("N = 4, d = 2, Br = Bc = 2", _qkv(rng, 4, 4, 2), 2, 2, True, mask),
-        case("N = 4, d = 2, Br = Bc = 1 (one score per tile)", _qkv(rng, 4, 4, 2), 1, 1, True,
-             mask + " (a 1 x 1 tile on the diagonal is visible)"),
-        case("N = 7, d = 3, Br = 3, Bc = 2 (ragged tiles)", _qkv(rng, 7, 7, 3), 3, 2,
-             focus=ragged),
-        case("N = 7, d = 3, Br = 3, Bc = 2 (ragged, Br > Bc)", _qkv(rng, 7, 7, 3), 3, 2, True,
-             mask + ", with ragged tiles and Br != Bc (compare positions, not tile numbers)"),
-        case("N = 7, d = 3, Br = 2, Bc = 3 (ragged, Br < Bc)", _qkv(rng, 7, 7, 3), 2, 3, True,
-             mask + ", with ragged tiles and Br != Bc (compare positions, not tile numbers)"),
-        case("N = 5 queries, N_k = 9 keys, d = 2, Br = 2, Bc = 4", _qkv(rng, 5, 9, 2), 2, 4,
-             focus="N_k != N: the query tiles cut Q, the key tiles cut K and V"),
-        case("N = 5, d = 4, Br = Bc = 8 (one tile, Br > N)", _qkv(rng, 5, 5, 4), 8, 8, True,
-             big + ", under the causal mask"),
-        case("N = 10, d = 4, default tiles Br = Bc = 16", _qkv(rng, 10, 10, 4), focus=big),
-        case("N = 12, d = 4, Br = 8, Bc = 3", _qkv(rng, 12, 12, 4), 8, 3, True,
-             mask + ", with Br != Bc (compare positions, not tile numbers)"),
-        case("N = 3 queries and no keys at all (N_k = 0)", no_keys, 2, 2,
-             focus="no keys at all (N_k = 0): O = 0 and lse = -inf, without NaN"),
-        case("N = 37, d = 8, Br = 4, Bc = 3 (many tiles)", _qkv(rng, 37, 37, 8), 4, 3, True,
-             mask + ", over many tiles"),
-        case("N = 9, d = 3, Br = 4, Bc = 3, scores of several hundred",
-             _qkv(rng, 9, 9, 3, spread=18.0), 4, 3, True, large + ", under the causal mask"),
-        case("N = 37, d = 8, Br = 5, Bc = 6 (many tiles)", _qkv(rng, 37, 37, 8), 5, 6,
-             focus=update + ", over many tiles"),
-        case("N = 100, d = 32, Br = 16, Bc = 12 (the size of the cell after exercise 2)",
-             _qkv(rng, 100, 100, 32), 16, 12, True, mask + ", with Br != Bc"),
-    ]  # fmt: skip
+    fixed = {
+        PLAIN: [  # no mask, every tile full; the worked examples are one query row
+            case(PLAIN, "the example of section 5a: scores (1, 3, 2, 5), values (10, 20, 30, 40), "
+                 "Bc = 2", (one_query, keys_5a, values_5a), 1, 2),
+            case(PLAIN, "the example of section 5b: e^scores = (2, 1, 8, 4), values (1, 2, 3, 4), "
+                 "Bc = 2", (one_query, keys_5b, values_5b), 1, 2),
+            case(PLAIN, "the example of section 5a with scores of several hundred: "
+                 "(715, 720, 721, 719)", (one_query, keys_5a_large, values_5a), 1, 2,
+                 focus=large),
+            case(PLAIN, "two queries against the keys of section 5a, Br = Bc = 2",
+                 (two_queries, keys_5a, values_5a), 2, 2),
+            case(PLAIN, "two queries whose scores are 1400 apart: +-(700, 690, 710, 705), "
+                 "Br = Bc = 2", (two_queries, keys_apart, values_5a), 2, 2, focus=large),
+            case(PLAIN, "N = 4, d = 2, Br = Bc = 2", _qkv(rng, 4, 4, 2), 2, 2),
+        ],
+        RAGGED: [  # no mask; tiles that do not divide N, Br != Bc, a tile larger than N
+            case(RAGGED, "N = 7, d = 3, Br = 3, Bc = 2 (ragged tiles)", _qkv(rng, 7, 7, 3), 3, 2,
+                 focus=ragged),
+            case(RAGGED, "N = 7, d = 3, Br = 2, Bc = 3 (ragged, Br < Bc)", _qkv(rng, 7, 7, 3),
+                 2, 3, focus=ragged),
+            case(RAGGED, "N = 10, d = 4, default tiles Br = Bc = 16", _qkv(rng, 10, 10, 4),
+                 focus=big),
+            case(RAGGED, "N = 37, d = 8, Br = 5, Bc = 6 (many tiles)", _qkv(rng, 37, 37, 8), 5, 6,
+                 focus=update + ", over many ragged tiles"),
+        ],
+        CAUSAL: [
+            case(CAUSAL, "N = 3, d = 2, one tile (Br = Bc = 3)", _qkv(rng, 3, 3, 2), 3, 3, True,
+                 mask),
+            case(CAUSAL, "N = 4, d = 2, Br = Bc = 2", _qkv(rng, 4, 4, 2), 2, 2, True, mask),
+            case(CAUSAL, "N = 4, d = 2, Br = Bc = 1 (one score per tile)", _qkv(rng, 4, 4, 2), 1,
+                 1, True, mask + " (a 1 x 1 tile on the diagonal is visible)"),
+            case(CAUSAL, "N = 5, d = 4, Br = Bc = 8 (one tile, Br > N)", _qkv(rng, 5, 5, 4), 8, 8,
+                 True, mask + ", in " + big),
+            case(CAUSAL, "N = 7, d = 3, Br = 3, Bc = 2 (ragged, Br > Bc)", _qkv(rng, 7, 7, 3), 3,
+                 2, True, mask + ", with ragged tiles and " + positions),
+            case(CAUSAL, "N = 7, d = 3, Br = 2, Bc = 3 (ragged, Br < Bc)", _qkv(rng, 7, 7, 3), 2,
+                 3, True, mask + ", with ragged tiles and " + positions),
+            case(CAUSAL, "N = 9, d = 3, Br = 4, Bc = 3, scores of several hundred",
+                 _qkv(rng, 9, 9, 3, spread=18.0), 4, 3, True, large + ", under the causal mask"),
+            case(CAUSAL, "N = 12, d = 4, Br = 8, Bc = 3", _qkv(rng, 12, 12, 4), 8, 3, True,
+                 mask + ", with " + positions),
+            case(CAUSAL, "N = 37, d = 8, Br = 4, Bc = 3 (many tiles)", _qkv(rng, 37, 37, 8), 4, 3,
+                 True, mask + ", over many tiles"),
+            case(CAUSAL, "N = 100, d = 32, Br = 16, Bc = 12 (the size of the cell after exercise "
+                 "2)", _qkv(rng, 100, 100, 32), 16, 12, True, mask + ", with Br != Bc"),
+        ],
+        LENGTHS: [  # no mask; as many keys as you like, none at all included
+            case(LENGTHS, "N = 3 queries and no keys at all (N_k = 0)", no_keys, 2, 2,
+                 focus="no keys at all (N_k = 0): O = 0 and lse = -inf, without NaN"),
+            case(LENGTHS, "N = 9 queries, N_k = 4 keys, d = 2, Br = 4, Bc = 3",
+                 _qkv(rng, 9, 4, 2), 4, 3, focus=lengths),
+            case(LENGTHS, "N = 5 queries, N_k = 9 keys, d = 2, Br = 2, Bc = 4",
+                 _qkv(rng, 5, 9, 2), 2, 4, focus=lengths),
+        ],
+    }  # fmt: skip
+    focus = {PLAIN: update, RAGGED: ragged, CAUSAL: mask, LENGTHS: lengths}
+    drawn = {stage: [] for stage in FORWARD_STAGES}
     rng = np.random.default_rng(seed)
-    for t in range(trials):
-        causal = bool(rng.integers(2))
-        Nq = int(rng.integers(1, 49))
-        Nk = Nq if causal or rng.random() < 0.5 else int(rng.integers(1, 49))
-        d = int(rng.integers(1, 9))
-        Br, Bc = (int(b) for b in rng.integers(1, 21, size=2))
-        label = f"random case {t + 1}: N = {Nq}, N_k = {Nk}, d = {d}, Br = {Br}, Bc = {Bc}"
-        focus = mask if causal else update
-        cases.append(case(label, _qkv(rng, Nq, Nk, d), Br, Bc, causal, focus))
+    for t in range(trials):  # the random cases, spread over the stages in turn
+        stage = FORWARD_STAGES[t % len(FORWARD_STAGES)]
+        Nq, Nk, d, Br, Bc = _random_forward_case(rng, stage)
+        drawn[stage].append((Nq * Nk, t, (Nq, Nk, d, Br, Bc), _qkv(rng, Nq, Nk, d)))
+    cases, t = [], 0
+    for stage in FORWARD_STAGES:  # the fixed cases, then the random ones smallest first
+        cases += fixed[stage]
+        for _, _, (Nq, Nk, d, Br, Bc), qkv in sorted(drawn[stage], key=lambda x: x[:2]):
+            t += 1
+            label = f"random case {t}: N = {Nq}, N_k = {Nk}, d = {d}, Br = {Br}, Bc = {Bc}"
+            cases.append(case(stage, label, qkv, Br, Bc, stage == CAUSAL, focus[stage]))
     return cases
 
 
 def check_flash_attention_forward(fn: Callable, seed: int | None = 0, trials: int = 10) -> None:
     """Check flash_attention_forward(Q, K, V, Br=16, Bc=16, causal=False) -> (O, lse).
 
-    Compared with attention_reference to 1e-10: first O on every case, then lse. Then the rules
-    of the exercise (forward_rules), each on its own case:
+    Compared with attention_reference to 1e-10, in four stages, the order in which the notebook
+    asks to build the function; a failure names its stage and the stages that pass:
+
+        1. plain tiles   no mask, tiles that divide the lengths (the worked examples of section 5,
+                         one query row against four keys; two rows; scores of several hundred);
+        2. ragged tiles  no mask, N not a multiple of Br or Bc, Br != Bc, a tile larger than N;
+        3. causal mask   causal=True: the tiles above the diagonal skipped, the tiles that cross
+                         it masked with global indices, on square, ragged and unequal tiles;
+        4. N_q != N_k    no mask, fewer or more keys than queries, and no keys at all (N_k = 0:
+                         O = 0, lse = -inf).
+
+    O is compared first on every case, then lse. Then the rules of the exercise (forward_rules),
+    each on its own case:
 
         tiles      Q is read in tiles of at most Br rows, K and V in tiles of at most Bc rows
                    (traced inputs, N = 30, N_k = 44, Br = 8, Bc = 5): `ignores-tile-size`;
@@ -897,7 +961,8 @@ def check_flash_attention_forward(fn: Callable, seed: int | None = 0, trials: in
 
     Args:
         fn: the learner's function.  seed: random cases' seed (None: fresh ones).
-        trials: how many random cases after the fixed ones.
+        trials: how many random cases, spread over the four stages, after each stage's fixed
+            ones.
     """
     name = "flash_attention_forward"
     if not callable(fn):
@@ -924,9 +989,9 @@ def check_flash_attention_forward(fn: Callable, seed: int | None = 0, trials: in
                 run()
         else:
             run(
-                summary="O then lse; causal and not, ragged N, Br != Bc, Br > N, N_k != N, "
-                "N_k = 0, scores of several hundred; tiles of Br and Bc, no N x N_k array, "
-                "causal tiles skipped",
+                summary="O then lse, in 4 stages: plain tiles, ragged tiles, causal mask, "
+                "N_q != N_k (N_k = 0 too), with scores of several hundred; tiles of Br and Bc, "
+                "no N x N_k array, causal tiles skipped",
                 rules=forward_rules(),
             )
 

@@ -6,7 +6,10 @@
                                           FlashAttention-2 over a shape-only CountingMemory
     check_quick_ratio_d128(answer)        standard / FlashAttention traffic, d = 128, Br = 128
     check_quick_h200_standard_us(answer)  standard attention's memory time on the H200, in us
-    check_quick_tile_rows(answer)         the largest tile B for d = 64 in 192 KB
+    check_quick_tile_rows(answer)         the largest tile B for d = 64 in 192 KiB (16 B d bytes)
+    check_quick_a100_ridge(answer)        the A100's ridge point at 1.5 TB/s (208 FLOP/byte)
+    check_quick_fa1_q_reads(answer)       Q-tile reads of FlashAttention-1's loop order at
+                                          N = 4,096, B = 128 (1,024; the minimum is 32)
 
 All counts are elements per head, with the N logsumexp values left out (as in the notebook). The
 formula checks compare with course_utils.memory.
@@ -73,6 +76,8 @@ __all__ = [
     "STANDARD_MISTAKES",
     "check_count_flash_forward",
     "check_flash_attention_traffic",
+    "check_quick_a100_ridge",
+    "check_quick_fa1_q_reads",
     "check_quick_h200_standard_us",
     "check_quick_ratio_d128",
     "check_quick_tile_rows",
@@ -1187,16 +1192,16 @@ def check_quick_h200_standard_us(answer) -> None:
 
 
 def check_quick_tile_rows(answer) -> None:
-    """The largest tile B with 16 B d bytes in 192 KB of SRAM (196,608 bytes), for d = 64."""
+    """The largest tile B with 16 B d bytes in 192 KiB of shared memory (196,608 bytes), d = 64."""
     sram, d = 192 * 1024, 64
     expected = sram // (16 * d)
     _hinted(
-        "largest tile B for d = 64 in 192 KB",
+        "largest tile B for d = 64 in 192 KiB",
         answer,
         expected,
         [
             (sram // (16 * 128), "96 is the answer for d = 128; here d = 64, so B doubles"),
-            (192_000 / (16 * d), "192 KB here is 192 x 1024 = 196,608 bytes"),
+            (192_000 / (16 * d), "192 KiB is 192 x 1024 = 196,608 bytes"),
             (sram / (4 * d), "each of the four B x d tiles takes 4 bytes per element: 16 B d"),
         ],
         "four B x d tiles of 4-byte floats take 16 B d bytes; solve 16 B d <= 196,608",
