@@ -34,12 +34,12 @@ except ImportError:
         def _render_traceback_(self):  # IPython shows this one line, not a traceback
             return [str(self)]
 
-    _pip = [sys.executable, "-m", "pip", "install", "--quiet"]
-    _pip.append("course_utils @ git+{REPO_URL}")
+    _url = "{REPO_URL}"
+    _pip = [sys.executable, "-m", "pip", "install", "--quiet", f"course_utils @ git+{{_url}}"]
     if subprocess.run(_pip, capture_output=True).returncode != 0:
         raise CourseSetupError(
-            "✗ The course package could not be installed from {REPO_URL}: check the "
-            "network (on Colab: Runtime > Restart session, then run this cell again), or the "
+            f"✗ The course package could not be installed from {{_url}}: check the network "
+            "(on Colab: Runtime > Restart session, then run this cell again), or the "
             "repository URL in the course's configuration (REPO_URL in graders/authoring.py)."
         ) from None
     import course_utils"""
