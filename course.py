@@ -7,7 +7,7 @@
 
 Setup is idempotent: the environment is rebuilt only when pyproject.toml changes, and it says
 what it installs as it goes. Torch: on a Linux machine without an NVIDIA driver, torch==2.13.0 is
-installed first from PyTorch's CPU wheel index (about 750 MB installed instead of several GB
+installed first from PyTorch's CPU wheel index (about 0.9 GB installed instead of several GB
 of CUDA libraries); where that index cannot be reached, the plain requirement is used (on the course
 machines it finds the CPU build on disk). Set COURSE_TORCH (for example
 COURSE_TORCH="torch==2.5.1") to choose another torch; COURSE_TORCH_INDEX to use another index.
@@ -116,7 +116,7 @@ def ensure_env() -> Path:
         where = f"from {index}" if index else "from pip's index"
         code = step(
             f"2/3 installing {spec} {where}"
-            + (" (CPU build: about 750 MB installed)" if index or spec == "torch==2.13.0" else ""),
+            + (" (CPU build: about 0.9 GB installed)" if index or spec == "torch==2.13.0" else ""),
             [*pip, spec] + (["--index-url", index] if index else []),
         )
         if code != 0 and index:
@@ -126,7 +126,7 @@ def ensure_env() -> Path:
             sys.exit(f"installing {spec} failed; set COURSE_TORCH to a torch you can install")
     code = step(
         "3/3 installing the course package and its tools (NumPy, SciPy, JupyterLab, nbgrader, "
-        "Triton, pytest; about 1.7 GB installed, 1 GB of it Triton)",
+        "Triton, pytest; about 1.8 GB installed, 1 GB of it Triton)",
         [*pip, "-e", ".[course,dev]"],
     )
     if code != 0:
