@@ -20,7 +20,7 @@ of a second. The instrumented runs below count exactly what the formulas say:
     causal, square tiles      2Nd + 2d sum_i min(N, (i+1)B)   causal_flash_attention_traffic
 
 All counts are per head, in elements; the N logsumexp values that FlashAttention-2 writes are
-kept in their own array "lse" and left out of its formula, as in the lesson.
+kept in their own array "lse" and left out of its formula, as in notebook 04.
 """
 
 from __future__ import annotations
@@ -922,7 +922,7 @@ def count_standard_attention(
     Kernel 1, S = tau Q K^T: K stays on chip, Q is streamed in row blocks; S written to HBM.
     Kernel 2, P = softmax(S): row blocks of S read, P written. Kernel 3, O = P V: V stays on chip,
     row blocks of P read, O written. Each kernel reads every input once; on-chip space is
-    unlimited (the count is the lesson's, the least any unfused implementation moves).
+    unlimited (the course's count, the least any unfused implementation moves).
 
     Args:
         Q: (N, d), K: (N_k, d), V: (N_k, dv) float arrays to compute with; or None, None, None

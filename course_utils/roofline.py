@@ -282,7 +282,7 @@ def max_tile_rows(sram_bytes: int, d: int, bytes_per_element: int = 4, arrays: i
 
 @dataclass(frozen=True)
 class AtScale:
-    """The lesson's worked example (c): one attention layer at scale. Bytes, FLOPs, seconds."""
+    """The at-scale example (N = 16,384, one H100): one attention layer. Bytes, FLOPs, seconds."""
 
     N: int
     d: int
@@ -355,7 +355,7 @@ def at_scale_example(
     hw: Hardware = H100_SXM,
     bytes_per_element: int = 2,
 ) -> AtScale:
-    """The lesson's worked example (c): memory, compute and HBM-traffic bounds of one layer.
+    """The at-scale example (N = 16,384, one H100): memory, compute and traffic bounds of a layer.
 
     With the defaults (bf16, H100 SXM): S is 512 MiB per head, 8 GiB for 16 heads, lse 1 MiB;
     4N^2 d = 6.87e10 FLOP >= 69 us; standard 1.08e9 elements = 2.16 GB >= 644 us;

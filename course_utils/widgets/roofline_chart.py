@@ -3,7 +3,7 @@
 Left panel, the roofline: attainable FLOP/s against arithmetic intensity (FLOP/byte), log-log,
 with the two versions as points. Standard attention sits at about d/2 FLOP/byte, FlashAttention
 at about Br (or far to the right when L2 serves the K/V re-reads), and the ridge point P/W
-separates memory-bound from compute-bound. Right panel, the lesson's view: the minimum time
+separates memory-bound from compute-bound. Right panel, the time view: the minimum time
 max(4N^2 d / P, bytes / W) of each version against N, with the compute line 4N^2 d / P.
 
 Controls: N, Br, "L2 serves re-reads", the hardware (H100 SXM spec sheet, H200 with the course's
@@ -38,7 +38,7 @@ D_VALUES = (32, 64, 128, 256)
 
 COLOR_STANDARD = "#d62728"
 COLOR_FLASH = "#2ca02c"
-COLOR_COMPUTE = "#1f77b4"  # the lesson's blue compute line
+COLOR_COMPUTE = "#1f77b4"  # the blue compute line
 COLOR_ROOF = "black"
 
 
@@ -129,7 +129,7 @@ def _size(nbytes: float) -> str:
 
 
 def _decimal(nbytes: float) -> str:
-    """Traffic in decimal units, as the lesson writes it (2.16 GB, 541 MB, 8.4 MB)."""
+    """Traffic in decimal units, as notebook 04 writes it (2.16 GB, 541 MB, 8.4 MB)."""
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if nbytes >= scale:
             return f"{nbytes / scale:,.3g} {unit}"

@@ -6,14 +6,16 @@ At decode each sequence has one query, so FlashAttention-2's grid has one thread
     blocks = batch * heads * splits,   busy SMs = min(blocks, num_sms),
     waves = ceil(blocks / num_sms).
 
-The time model is the lesson's: decode attention is memory-bound, each busy SM pulls an equal
-share of the HBM bandwidth, so streaming the KV cache takes
+The time model: decode attention is memory-bound, and each busy SM pulls an equal share of the
+HBM bandwidth, so streaming the KV cache takes
 
     t_attention = kv_bytes / (bandwidth * busy / num_sms),
 
 and split-KV adds a merge kernel: a fixed cost of a few microseconds (a launch and a sync) plus
 writing and reading the fp32 partials. The model leaves out the partly filled last wave, the
-latency of a single block and the L2 cache; it is a picture of why, not a benchmark.
+latency of a single block and the L2 cache; it is a picture of why, not a benchmark. The equal
+share understates what one SM with enough loads in flight can pull, so the model overstates the
+time without splitting: its speed-up is an upper estimate.
 
 sm_fill_state is the pure data behind the picture (the tests check it); sm_fill_figure draws it.
 """
@@ -261,7 +263,8 @@ def _readout(st: SmFillState) -> str:
         f"{st.keys_per_block:,} keys.<br>"
         f"KV cache {_fmt_bytes(st.kv_bytes)} at {st.bandwidth_share:.0%} of the bandwidth: "
         f"attention {_fmt_time(st.attention_s)}{merge} = <b>{_fmt_time(st.total_s)}</b>; "
-        f"without split {_fmt_time(base.total_s)} (speed-up {base.total_s / st.total_s:.2f}x)"
+        f"without split {_fmt_time(base.total_s)} "
+        f"(speed-up {base.total_s / st.total_s:.2f}x; the model's upper estimate)"
     )
 
 
