@@ -48,6 +48,8 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Float, Integer, List, Unicode
 
+from . import cgroups
+
 REPO = Path(__file__).resolve().parent.parent
 HOME = "/home/student"
 SEED = "/run/seed"  # the copy of the notebook's folder, read-only; copied into HOME at start
@@ -118,13 +120,16 @@ ENV_PASSED = [
 ]
 
 # Runs first inside the sandbox (python -I -S: stdlib only, fast): memory cap, home, exec.
+# RLIMIT_NPROC counts the tasks of one user in this user namespace: every user but root is held
+# to it (root is exempt; graders.cgroups caps root's sandboxes instead).
 LAUNCHER = """\
 import os, resource, shutil, sys
-cap, src, dst = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-hard = resource.getrlimit(resource.RLIMIT_AS)[1]
-if cap > 0:
-    cap = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+cap, nproc, src, dst = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+for limit, value in ((resource.RLIMIT_AS, cap), (resource.RLIMIT_NPROC, nproc)):
+    hard = resource.getrlimit(limit)[1]
+    if value > 0:
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(limit, (value, value))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 if os.path.isdir(src + "/home"):
     shutil.copytree(src + "/home", os.environ["HOME"], dirs_exist_ok=True)
@@ -132,7 +137,7 @@ if os.path.isdir(src + "/work"):
     shutil.copytree(src + "/work", dst, dirs_exist_ok=True)
 os.makedirs(dst, exist_ok=True)
 os.chdir(dst)
-os.execv(sys.argv[4], sys.argv[4:])
+os.execv(sys.argv[5], sys.argv[5:])
 """
 
 
@@ -273,6 +278,7 @@ def bwrap_argv(
     tmpfs_bytes: int,
     memory_bytes: int,
     kernel_cmd: list[str],
+    pids_max: int = 0,
     hidden: list[Path] = (),
     package: Path | None = None,
 ) -> list[str]:
@@ -312,6 +318,7 @@ def bwrap_argv(
         "-c",
         LAUNCHER,
         str(memory_bytes),
+        str(pids_max),
         SEED,
         workdir,
         *kernel_cmd,
@@ -405,6 +412,9 @@ class SandboxKernelManager(AsyncKernelManager):
 
     memory_gb = Float(6.0, help="address-space cap of the kernel, GiB (0: none)").tag(config=True)
     tmpfs_mb = Integer(1024, help="size of each tmpfs (/tmp, home, /dev/shm), MiB").tag(config=True)
+    pids_max = Integer(
+        1024, help="processes and threads the kernel may run at once, all together (0: no cap)"
+    ).tag(config=True)
     hidden = List(Unicode(), help="host folders that must stay out of sight").tag(config=True)
     scratch_dir = Unicode("", help="where the host-side scratch goes (default: $TMPDIR)").tag(
         config=True
@@ -415,6 +425,7 @@ class SandboxKernelManager(AsyncKernelManager):
 
     _scratch: Path | None = None
     _seed_src: Path | None = None
+    _group: cgroups.KernelGroup | None = None
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -463,20 +474,39 @@ class SandboxKernelManager(AsyncKernelManager):
         scratch = self._make_scratch()
         folder = self._seed_src.name if self._seed_src is not None else "work"
         launch_env = (self._launch_args or {}).get("env")
-        return bwrap_argv(
+        memory_bytes = int(self.memory_gb * 2**30)
+        self._remove_group()
+        if self.pids_max:
+            # the whole sandbox's processes and memory (tmpfs included), where groups can be
+            # made; RLIMIT_NPROC in the launcher caps the processes of a grader that is not root
+            self._group = cgroups.KernelGroup.create(self.pids_max, memory_bytes)
+        argv = bwrap_argv(
             conn=scratch / "conn",
             seed=scratch / "seed",
             workdir=f"{HOME}/{folder}",
             env=kernel_env(launch_env),
             tmpfs_bytes=self.tmpfs_mb * 2**20,
-            memory_bytes=int(self.memory_gb * 2**30),
+            memory_bytes=memory_bytes,
             kernel_cmd=kernel_cmd,
+            pids_max=self.pids_max,
             hidden=[Path(h) for h in self.hidden],
             package=Path(self.package_dir) if self.package_dir else None,
         )
+        return self._group.join_argv(argv) if self._group is not None else argv
+
+    @property
+    def group(self) -> cgroups.KernelGroup | None:
+        """The kernel's control group (graders.cgroups), or None where none can be made."""
+        return self._group
+
+    def _remove_group(self) -> None:
+        if self._group is not None:
+            self._group.remove()
+            self._group = None
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart=restart)
+        self._remove_group()
         if not restart and self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None

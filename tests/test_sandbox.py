@@ -16,10 +16,12 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -27,7 +29,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from graders import bank, pipeline
+from graders import bank, cgroups, pipeline
 from graders import sandbox as sb
 from graders.grade import grade
 
@@ -307,6 +309,126 @@ def test_processes_and_scratch_end_with_the_notebook(tmp_path):
         assert gone.strip() == "False []", gone
     finally:
         again.stop()
+
+
+FORK_BOMB = """
+import os, time
+n, err = 0, None
+try:
+    for _ in range(5000):
+        if os.fork() == 0:
+            time.sleep(3)
+            os._exit(0)
+        n += 1
+except OSError as exc:
+    err = exc.errno
+for _ in range(n):
+    os.wait()
+print(n, err)
+"""
+
+needs_groups = pytest.mark.skipif(
+    cgroups.probe() is not None, reason=f"no control groups: {cgroups.probe()}"
+)
+
+
+@needs_sandbox
+def test_a_fork_bomb_stops_at_the_process_cap():
+    """RLIMIT_NPROC (a grader that is not root) or the pids group (root) holds it: fork fails
+    with EAGAIN near the cap, the host keeps its PIDs, and the kernel still answers."""
+    k = Kernel(pids_max=64)
+    try:
+        forked, errno = k.ok(FORK_BOMB).split()
+        assert errno == "11" and 30 <= int(forked) < 64, (forked, errno)  # EAGAIN
+        assert k.ok("print(6 * 7)").strip() == "42"
+        group = k.km.group
+        if group is not None:
+            assert len(group.pids()) <= 64
+    finally:
+        k.stop()
+    if group is not None:  # every process of the group ended, and the group is gone
+        assert not group.folders and not any(f.exists() for f in group.folders)
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"), reason="needs root")
+def test_the_launcher_caps_the_processes_of_a_grader_that_is_not_root():
+    """Root ignores RLIMIT_NPROC (the group caps it); any other user is held to it. The
+    launcher's own limit, run as `nobody` the way a grader that is not root runs it."""
+    top = Path(tempfile.mkdtemp(prefix="nproc-"))  # pytest's tmp_path is root's alone
+    try:
+        top.chmod(0o755)
+        (top / "home").mkdir()
+        (top / "home").chmod(0o777)
+        (top / "bomb.py").write_text(FORK_BOMB)
+        (top / "bomb.py").chmod(0o644)
+        got = _run_as_nobody(top / "home" / "w", top / "bomb.py")
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    assert got.returncode == 0, got.stderr
+    forked, errno = got.stdout.split()
+    assert errno == "11" and int(forked) < 24, got.stdout
+
+
+def _run_as_nobody(workdir: Path, script: Path) -> subprocess.CompletedProcess:
+    launcher = [sys.executable, "-I", "-S", "-c", sb.LAUNCHER, "0", "24", "/nonexistent"]
+    cmd = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", *launcher]
+    return subprocess.run(
+        [*cmd, str(workdir), sys.executable, "-I", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@needs_sandbox
+@needs_groups
+def test_the_group_holds_every_process_and_is_removed(tmp_path):
+    token = _token()
+    k = Kernel(cwd=tmp_path)
+    try:
+        assert k.ok(_spawn_code(token)).strip() == "spawned"
+        assert _wait_until(lambda: len(_procs_with(token)) >= 2, 10), _procs_with(token)
+        group = k.km.group
+        folders = list(group.folders)
+        assert set(_procs_with(token)) <= group.pids()  # even the setsid grandchildren
+        # nothing inside can see the group or leave it: no /sys, its own cgroup namespace
+        assert k.ok("import os; print(os.path.exists('/sys/fs/cgroup'))").strip() == "False"
+        k.fails(
+            f"open({str(folders[0] / 'cgroup.procs')!r}, 'w').write('1')",
+            "FileNotFoundError",
+            "PermissionError",
+            "OSError",
+        )
+    finally:
+        k.stop()
+    assert all(not f.exists() for f in folders)
+    assert not _procs_with(token)
+
+
+@needs_sandbox
+@needs_groups
+def test_files_in_tmpfs_count_against_the_memory_cap(tmp_path):
+    """A tmpfs file is memory outside any address space: the group's memory cap covers it. The
+    kernel that fills /tmp past the cap is stopped (the group's OOM killer), the host is not;
+    without the group (pids_max=0) the same cell writes it all, so the probe is real."""
+    fill = (
+        "block = b'x' * 2**24\n"
+        "with open('/tmp/fill', 'wb') as f:\n"
+        "    for i in range(96):\n"
+        "        f.write(block)\n"
+        "print('wrote 1.5 GiB')"
+    )
+    said = {}
+    for pids_max in (0, 1024):
+        k = Kernel(cwd=tmp_path, memory_gb=1.0, tmpfs_mb=2048, pids_max=pids_max)
+        try:
+            said[pids_max] = k.run(fill, timeout=20)["stdout"]
+        except Exception as exc:  # the kernel died
+            said[pids_max] = f"kernel died: {type(exc).__name__}"
+        finally:
+            k.stop()
+    assert said[0].strip() == "wrote 1.5 GiB", said
+    assert "wrote" not in said[1024], said
 
 
 @needs_sandbox
