@@ -2,6 +2,7 @@
 
     python -m benchmarks.grading [--students 50] [--jobs N] [--out DIR] [--unsafe-no-sandbox]
     python -m benchmarks.grading --compare 5    # one student, sandbox and not, alternating
+    python -m benchmarks.grading --students 50 --compare-class 10   # the class, both ways
 
 Builds a synthetic class from the bank of graders/bank.py (each student gets, for every notebook,
 one of: full solution, untouched release, partial answer, or a named mistake, in turn; every file
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shutil
 import statistics
 import tempfile
 import time
@@ -60,6 +62,46 @@ def compare(pairs: int, jobs: int, out: str | None) -> int:
     return 0
 
 
+def compare_class(students: int, blocks: int, jobs: int, out: str | None) -> int:
+    """A class graded whole, with and without the sandbox: the students in `blocks` groups, each
+    group graded both ways back to back, the order alternating from one group to the next, so
+    that both ways see the same machine over the same stretch of time. The class's time each way
+    is the sum over its groups."""
+    work = Path(out or tempfile.mkdtemp(prefix="grading-compare-class-"))
+    make_class(work / "class", students)
+    submitted = work / "class" / "submitted"
+    names = sorted(p.name for p in submitted.iterdir())
+    size = -(-len(names) // blocks)
+    totals = {True: 0.0, False: 0.0}
+    for b in range(blocks):
+        group = names[b * size : (b + 1) * size]
+        if not group:
+            break
+        part = work / f"block-{b}" / "submitted"
+        for name in group:
+            shutil.copytree(submitted / name, part / name)
+        for sandbox in (True, False) if b % 2 == 0 else (False, True):
+            t0 = time.perf_counter()
+            dest = work / f"block-{b}" / ("graded-sandbox" if sandbox else "graded-plain")
+            grade(part, dest, jobs=jobs, progress=False, sandbox=sandbox)
+            took = time.perf_counter() - t0
+            totals[sandbox] += took
+            print(
+                f"block {b + 1}/{blocks} ({len(group)} students): "
+                f"{'sandbox   ' if sandbox else 'no sandbox'} {took:.1f} s",
+                flush=True,
+            )
+    with_sb, without = totals[True], totals[False]
+    print(
+        f"\n{platform.node()} · {os.cpu_count()} cores · {jobs} jobs · class of {len(names)}, "
+        f"{len(pipeline.assignments())} notebooks each, {blocks} alternating blocks\n"
+        f"with the sandbox {with_sb:.0f} s ({with_sb / len(names):.1f} s per student), "
+        f"without {without:.0f} s ({without / len(names):.1f} s per student): "
+        f"the sandbox costs {100 * (with_sb / without - 1):+.1f} %"
+    )
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--students", type=int, default=50)
@@ -69,7 +111,16 @@ def main(argv=None) -> int:
         "--unsafe-no-sandbox", action="store_true", help="grade without the bubblewrap sandbox"
     )
     ap.add_argument("--compare", type=int, default=0, metavar="K", help="K alternating pairs")
+    ap.add_argument(
+        "--compare-class",
+        type=int,
+        default=0,
+        metavar="B",
+        help="the class of --students graded with and without the sandbox, in B alternating blocks",
+    )
     args = ap.parse_args(argv)
+    if args.compare_class:
+        return compare_class(args.students, args.compare_class, args.jobs, args.out)
     if args.compare:
         return compare(args.compare, args.jobs, args.out)
     kw = {"sandbox": False} if args.unsafe_no_sandbox else {}
