@@ -25,8 +25,12 @@ talks to nbgrader over unix sockets (jupyter_client's "ipc" transport) in a fold
 the sandbox at its own path; it is interrupted by message (a signal to bwrap would not reach
 it). Every process it starts lives in the sandbox's PID namespace: when the kernel ends, or the
 grader that started it dies (--die-with-parent), the host's kernel kills them all, not a
-best-effort kill. The launcher caps the address space (RLIMIT_AS), copies the notebook's own
-folder into the home, and execs the kernel.
+best-effort kill. The launcher caps the address space (RLIMIT_AS) and the number of processes
+(RLIMIT_NPROC: every user but root is held to it), copies the notebook's own folder into the
+home, and execs the kernel. Where control groups can be made (root, or a delegated subtree), the
+whole sandbox also runs in a group of its own (graders/cgroups.py) that caps its processes all
+together, root's included, and its memory with its tmpfs files; the group is removed with the
+kernel.
 
 `probe()` runs a trivial sandbox once to find out whether one can be made here; `require()`
 raises SandboxUnavailable with what to install when not.
