@@ -32,7 +32,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     g.add_argument("path", help="submitted/<student>/<assignment>/ folders, or a flat folder")
     g.add_argument("--out", help="where grades, feedback and report go (default: PATH/../graded)")
-    g.add_argument("--jobs", type=int, default=None, help="parallel graders (default: cores)")
+    g.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="worker processes of the local dask cluster (default: cores)",
+    )
+    g.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="grade on an existing dask.distributed cluster (tcp://host:8786) instead of a local "
+        "one; every worker needs the course environment and the same release",
+    )
     g.add_argument("--timeout", type=int, default=60, help="seconds one cell may run (60)")
     g.add_argument(
         "--assignment",
@@ -62,10 +73,11 @@ def main(argv: list[str] | None = None) -> int:
                 regrade=args.regrade,
                 memory_gb=args.memory_gb,
                 sandbox=not args.unsafe_no_sandbox,
+                scheduler=args.scheduler,
             )
         except SandboxUnavailable as exc:
             parser.exit(2, f"error: {exc}\n")
-        except ValueError as exc:
+        except (ValueError, OSError) as exc:  # OSError: no scheduler at that address
             parser.exit(2, f"error: {exc}\n")
     if args.command == "sync-setup":
         for path in pipeline.sync_setup_cells():

@@ -1,6 +1,7 @@
 """Grade a folder of submissions: nbgrader autograde for each, then grades, feedback and a report.
 
-    python -m graders grade PATH [--out DIR] [--jobs N] [--timeout S] [--assignment A] [--regrade]
+    python -m graders grade PATH [--out DIR] [--jobs N | --scheduler ADDRESS] [--timeout S]
+                                 [--assignment A] [--regrade]
 
 Writes into DIR (default: PATH/../graded):
     grades.csv            one row per student: the score of each assignment and the total
@@ -9,7 +10,11 @@ Writes into DIR (default: PATH/../graded):
     report.md, report.html, score_distribution.png, exercise_pass_rates.png, misconceptions.png
     results/<student>/<assignment>.json   the raw result; kept between runs (see --regrade)
 A result is reused when the submitted file is byte for byte the one graded before, so running the
-command again only grades what is new or changed, and nothing already graded is lost.
+command again only grades what is new or changed, and nothing already graded is lost: each result
+is written the moment it arrives, so an interrupted run resumes where it stopped.
+
+The notebooks are graded on dask.distributed (graders/cluster.py): a local cluster of --jobs
+worker processes, or the cluster whose scheduler --scheduler names. Only this process writes DIR.
 """
 
 from __future__ import annotations
@@ -21,13 +26,12 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from . import pipeline
+from . import cluster, pipeline
 from .submissions import Submission, attach_submission_info, discover
 from .worker import result_path, sha256
 
@@ -41,8 +45,11 @@ class Outcome:
     out: Path | None = None
 
 
-def _build_template(work: Path, only: list[str]) -> tuple[Path, dict[str, float], dict[str, int]]:
-    """A course directory with the release and a gradebook that knows every assignment."""
+def build_template(
+    work: Path, only: list[str], release: str = ""
+) -> tuple[Path, dict[str, float], dict[str, int]]:
+    """A course directory with the release and a gradebook that knows every assignment; its
+    `.release` file holds the release digest (graders.cluster.release_hash) it was built from."""
     template = work / "template"
     shutil.rmtree(template, ignore_errors=True)
     shutil.copytree(pipeline.REPO / "solutions", template / "solutions")
@@ -56,15 +63,19 @@ def _build_template(work: Path, only: list[str]) -> tuple[Path, dict[str, float]
         )
         for a in only
     }
+    (template / ".release").write_text(release)
     return template, pipeline.max_scores(template), code_cells
 
 
-def _run_worker(job: dict, wall_seconds: float) -> dict:
+def run_worker(job: dict, wall_seconds: float) -> dict:
+    """Grade one notebook in a `python -m graders.worker` subprocess, stopped after
+    `wall_seconds`; its result is read from job["out"]/results. Never raises for a problem of
+    the submission."""
     cmd = [sys.executable, "-m", "graders.worker", json.dumps(job)]
     base = {
         "student": job["student"],
         "assignment": job["assignment"],
-        "source": job["path"],
+        "source": job.get("source", job["path"]),
         "sha256": sha256(job["path"]),
         "score": 0.0,
         "max_score": job["max_score"],
@@ -103,15 +114,16 @@ def grade(
     memory_gb: float = DEFAULT_MEMORY_GB,
     progress: bool = True,
     sandbox: bool = True,
+    scheduler: str | None = None,
 ) -> Outcome:
     """Grade every submission under `path`; write grades, feedback and the report into `out`.
 
     sandbox: run each notebook's kernel in the bubblewrap sandbox (graders.sandbox); raises
     graders.sandbox.SandboxUnavailable, saying what to install, when none can be made here.
     sandbox=False runs the students' code as this user (a warning says so).
+    scheduler: the address of a dask.distributed scheduler to grade on; None starts a local
+    cluster of `jobs` worker processes (graders.cluster).
     """
-    from tqdm.auto import tqdm
-
     from . import sandbox as _sandbox
 
     if sandbox:
@@ -129,7 +141,8 @@ def grade(
     if not subs:
         raise ValueError(f"no submissions found under {path} (see `python -m graders grade -h`)")
     wanted = sorted({s.assignment for s in subs}, key=known.index)
-    template, max_score, code_cells = _build_template(out / ".work", wanted)
+    release = cluster.release_hash()
+    template, max_score, code_cells = build_template(out / ".work", wanted, release)
     results: list[dict] = []
     todo: list[Submission] = []
     for sub in subs:
@@ -140,30 +153,37 @@ def grade(
                 results.append(previous)
                 continue
         todo.append(sub)
-    jobs = jobs or os.cpu_count() or 1
-    bar = tqdm(total=len(todo), desc="grading", unit="notebook", disable=not progress or not todo)
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {}
-        for sub in todo:
-            job = {
-                "student": sub.student,
-                "assignment": sub.assignment,
-                "path": str(sub.path),
-                "template": str(template),
-                "out": str(out),
-                "timeout": timeout,
-                "max_score": max_score.get(sub.assignment, 0.0),
-                "memory_gb": memory_gb,
-                "sandbox": sandbox,
-            }
-            wall = timeout * (code_cells[sub.assignment] + 4) + 60
-            futures[pool.submit(_run_worker, job, wall)] = sub
-        for fut in as_completed(futures):
-            res = fut.result()
-            results.append(res)
-            bar.set_postfix_str(f"{res['student']}/{res['assignment']}: {res['status']}")
-            bar.update()
-    bar.close()
+    tasks = [
+        {
+            "student": sub.student,
+            "assignment": sub.assignment,
+            "source": str(sub.path),
+            "sha256": sha256(sub.path),
+            "notebook": cluster.encode_notebook(sub.path),
+            "template": str(template),
+            "release": release,
+            "assignments": wanted,
+            "hidden": [str(out), str(path)],  # the kernel never sees the output or the class
+            "timeout": timeout,
+            "max_score": max_score.get(sub.assignment, 0.0),
+            "memory_gb": memory_gb,
+            "sandbox": sandbox,
+            "wall": timeout * (code_cells[sub.assignment] + 4) + 60,
+        }
+        for sub in todo
+    ]
+    workers = jobs or os.cpu_count() or 1
+    for res, page in cluster.run(tasks, scheduler=scheduler, workers=workers, progress=progress):
+        res.pop("feedback", None)
+        if page is not None:
+            dest = out / "feedback" / res["student"] / f"{res['assignment']}.html"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(page, encoding="utf-8")
+            res["feedback"] = str(dest.relative_to(out))
+        cache = result_path(out, res["student"], res["assignment"])
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(res, indent=1, ensure_ascii=False), encoding="utf-8")
+        results.append(res)
     shutil.rmtree(out / ".work", ignore_errors=True)
     results.sort(key=lambda r: (r["student"], known.index(r["assignment"])))
     attach_submission_info(results, subs)  # names as found, older uploads not graded

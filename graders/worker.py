@@ -145,6 +145,7 @@ def sandbox_settings(job: dict) -> dict | None:
     if not job.get("sandbox", True):
         return None
     hidden = [job["out"], job["template"], str(Path(job["path"]).resolve().parent)]
+    hidden += [h for h in job.get("hidden", []) if h not in hidden]
     settings = {"memory_gb": float(job.get("memory_gb") or 0.0), "hidden": hidden}
     if job.get("package"):
         settings["package_dir"] = job["package"]
@@ -173,7 +174,25 @@ def cap_memory(memory_gb: float | None) -> None:
         pass
 
 
+def die_with_parent() -> None:
+    """End this process when the one that started it (a dask worker) is gone: a killed worker's
+    task runs again elsewhere, and this copy must not go on grading (its sandbox then ends too:
+    bwrap runs with --die-with-parent)."""
+    import os
+    import threading
+
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True, name="die-with-parent").start()
+
+
 if __name__ == "__main__":
+    die_with_parent()
     job = json.loads(sys.argv[1])
     cap_memory(job.get("memory_gb"))
     print(json.dumps(grade_one(job)))

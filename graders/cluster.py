@@ -1,0 +1,238 @@
+"""Grading on dask.distributed: one task per submitted notebook, on this machine or a cluster.
+
+    for result, feedback_html in run(tasks, scheduler=None, workers=2, progress=True): ...
+
+Each task is `grade_task(job)`: it runs on a dask worker, grades one notebook there with
+`python -m graders.worker` in a subprocess of its own (nbgrader, the sandboxed kernel; see
+graders/worker.py) inside a scratch folder local to the worker, and returns the result and the
+feedback page to the client. Nothing a worker does writes into the output folder: the client alone
+writes grades, feedback, the report and the cache (graders/grade.py), so a worker needs no view of
+it, and a student's code, run on the worker inside the sandbox, cannot reach it either.
+
+Where the work runs:
+    scheduler=None       an in-process LocalCluster of `workers` worker processes, one thread each
+                         (the `--jobs` of the command), started and closed by `run`
+    scheduler="tcp://.." an existing cluster (`dask scheduler` + `dask worker`, dask-jobqueue on
+                         SLURM, dask-kubernetes): every worker must have the course's environment
+                         and the same release (solutions/ and notebooks/) as the client; a worker
+                         whose release differs refuses the task and says so
+
+Nothing lost: a worker that dies mid-task (killed, out of memory) has its task run again on
+another worker by the scheduler; a task whose worker dies a second time (the scheduler's
+`distributed.scheduler.allowed-failures`, set to 1 for the LocalCluster; set
+DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=1 where your scheduler starts) is reported as a
+grader error for that submission alone. A task that raises is retried once. Results reach the
+caller as they finish, so an interrupted run keeps what was graded (the cache in results/).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from . import pipeline
+
+ALLOWED_FAILURES = 1  # a task may lose its worker once; the second loss is reported
+
+
+def release_hash(root: Path = pipeline.REPO) -> str:
+    """A digest of the release (solutions/ and notebooks/): client and workers must agree."""
+    h = hashlib.sha256()
+    for folder in ("solutions", "notebooks"):
+        for path in sorted((Path(root) / folder).rglob("*.ipynb")):
+            if ".ipynb_checkpoints" in path.parts:
+                continue
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- on the worker
+
+_templates: dict[tuple, Path] = {}
+_template_lock = threading.Lock()
+
+
+def _template_for(job: dict) -> Path:
+    """The course directory to grade in: the client's, where this worker sees it with the same
+    release stamp (a LocalCluster), else one built here once per worker process."""
+    given = Path(job["template"])
+    stamp = given / ".release"
+    if stamp.is_file() and stamp.read_text() == job["release"]:
+        return given
+    key = (job["release"], tuple(job["assignments"]))
+    with _template_lock:
+        if key in _templates and _templates[key].is_dir():
+            return _templates[key]
+        mine = release_hash()
+        if mine != job["release"]:
+            raise RuntimeError(
+                f"this worker's course release ({pipeline.REPO}, {mine[:12]}) differs from the "
+                f"client's ({job['release'][:12]}): install the same release on every node"
+            )
+        from .grade import build_template
+
+        work = Path(tempfile.mkdtemp(prefix="fa-grading-template-"))
+        template, _, _ = build_template(work, list(job["assignments"]), job["release"])
+        _templates[key] = template
+        return template
+
+
+def grade_task(job: dict) -> dict:
+    """Grade one submission on this worker; returns {"result": ..., "feedback": html or None}.
+
+    job: the fields of graders/worker.py's job, plus "notebook" (the file's bytes, base64),
+    "release" (release_hash) and "assignments" (those the template holds). The notebook is
+    graded from a copy in a scratch folder of this worker, removed afterwards.
+    """
+    from .grade import run_worker
+
+    stage = Path(tempfile.mkdtemp(prefix="fa-grading-task-"))
+    try:
+        template = _template_for(job)
+        name = Path(job["source"]).name
+        (stage / "in").mkdir()
+        path = stage / "in" / name
+        path.write_bytes(base64.b64decode(job["notebook"]))
+        local = {k: v for k, v in job.items() if k not in ("notebook", "release", "assignments")}
+        local.update(path=str(path), out=str(stage / "out"), template=str(template))
+        local["hidden"] = [*job.get("hidden", []), str(stage)]
+        result = run_worker(local, job["wall"])
+        result["source"] = job["source"]
+        feedback = None
+        if result.get("feedback"):
+            page = stage / "out" / result["feedback"]
+            if page.is_file():
+                feedback = page.read_text(encoding="utf-8", errors="replace")
+        return {"result": result, "feedback": feedback}
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- on the client
+
+
+def _local_cluster(workers: int):
+    import dask
+    from distributed import LocalCluster
+
+    dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES})
+    return LocalCluster(
+        n_workers=workers,
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=0,  # each notebook's grader caps its own memory (graders/worker.py)
+        dashboard_address="127.0.0.1:0",
+        silence_logs=logging.ERROR,
+    )
+
+
+def _failed(job: dict, why: str) -> dict:
+    return {
+        "student": job["student"],
+        "assignment": job["assignment"],
+        "source": job["source"],
+        "sha256": job["sha256"],
+        "status": "grader-error",
+        "score": 0.0,
+        "max_score": job["max_score"],
+        "cells": {},
+        "problems": [why],
+        "seconds": 0.0,
+    }
+
+
+def _why(exc: BaseException) -> str:
+    from distributed import KilledWorker
+
+    if isinstance(exc, KilledWorker):
+        return (
+            "the grader's worker died twice while grading this notebook (killed, or out of "
+            "memory outside the sandbox); graded by no one"
+        )
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"the grader itself failed twice: {type(exc).__name__}: {first}"[:400]
+
+
+def run(
+    jobs: list[dict],
+    *,
+    scheduler: str | None = None,
+    workers: int = 1,
+    progress: bool = True,
+    say=print,
+) -> Iterator[tuple[dict, str | None]]:
+    """Grade every job on dask; yield (result, feedback html) as each one finishes."""
+    from distributed import Client, as_completed
+    from tqdm.auto import tqdm
+
+    if not jobs:
+        return
+    cluster = None
+    if scheduler is None:
+        cluster = _local_cluster(workers)
+        client = Client(cluster)
+        where = f"a local cluster of {workers} worker process{'es' if workers > 1 else ''}"
+    else:
+        client = Client(scheduler, timeout="30s")
+        n = len(client.scheduler_info().get("workers", {}))
+        where = f"the cluster at {scheduler} ({n} worker{'s' if n != 1 else ''} now)"
+    try:
+        link = client.dashboard_link if _has_dashboard() else None
+        if progress:
+            say(
+                f"grading {len(jobs)} notebooks on {where}"
+                + (f"; dashboard: {link}" if link else "")
+            )
+        futures = {}
+        for job in jobs:
+            fut = client.submit(
+                grade_task,
+                job,
+                key=f"grade-{job['student']}-{job['assignment']}-{job['sha256'][:12]}",
+                retries=1,
+                pure=False,
+            )
+            futures[fut] = job
+        bar = tqdm(total=len(jobs), desc="grading", unit="notebook", disable=not progress)
+        try:
+            for fut in as_completed(futures):
+                job = futures[fut]
+                try:
+                    got = fut.result()
+                    result, feedback = got["result"], got["feedback"]
+                except Exception as exc:  # noqa: BLE001 - reported for this submission only
+                    result, feedback = _failed(job, _why(exc)), None
+                bar.set_postfix_str(
+                    f"{result['student']}/{result['assignment']}: {result['status']}"
+                )
+                bar.update()
+                yield result, feedback
+        finally:
+            bar.close()
+            for fut in futures:
+                fut.cancel()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _has_dashboard() -> bool:
+    try:
+        import bokeh  # noqa: F401  (the dashboard needs it)
+
+        return True
+    except ImportError:
+        return False
+
+
+def encode_notebook(path: Path) -> str:
+    """A notebook file's bytes as text, to travel inside a task to a worker on another node."""
+    return base64.b64encode(Path(path).read_bytes()).decode("ascii")
