@@ -231,7 +231,8 @@ def emulate_partials(
     "contiguous" (block_table[b, 0] + j). mask: "right" (slot t kept when t < chunk_end),
     "off-by-one" (t <= chunk_end), "scores" (loads masked to 0, scores not set to -inf) or "none"
     (no mask: the garbage slots count). exp: "2" or "e" (tl.exp with the base-2 scale).
-    shift=False: p = exp2(s) with no running max, in float32 (overflows past 2^128).
+    shift=False: p = exp2(s) with no running max, in float32 (overflows past 2^128); m_i is
+    still the running max, for lse_form.
     lse_form: "e" ((m + log2 l) ln 2), "2" (m + log2 l), "no-max" (log2(l) ln 2).
     empty: "guarded" (out 0, lse -inf) or "nan" (out = acc / l, 0 / 0 for an empty chunk).
 
@@ -291,10 +292,7 @@ def emulate_partials(
                 else:
                     o = np.where((l > 0)[:, None], acc / np.where(l > 0, l, 1.0)[:, None], 0.0)
                 lg = np.log2(l)
-                if not shift:
-                    ls = lg * LN2
-                else:
-                    ls = {"e": (m + lg) * LN2, "2": m + lg, "no-max": lg * LN2}[lse_form]
+                ls = {"e": (m + lg) * LN2, "2": m + lg, "no-max": lg * LN2}[lse_form]
                 if empty != "nan":
                     ls = np.where(l > 0, ls, -np.inf)
                 out[b, rows, s], lse[b, rows, s] = o, ls
@@ -452,6 +450,15 @@ CHUNK_OUT_MISTAKES = [
         "Scores of a few hundred (large activations, long contexts) make exp2(s) overflow "
         "float32 past 2^128: inf / inf = NaN. Keep the running max m_i and use "
         "p = exp2(s - m_new[:, None]), alpha = exp2(m_i - m_new).",
+        shift=False,
+        lse_form="no-max",
+    ),
+    _chunk_mistake(
+        "no-max-shift",
+        "p = exp2(s) with no max subtracted, and lse = (max + log2(l_i)) ln 2",
+        "Without the shift l_i = sum exp2(s) already holds the max: lse = log2(l_i) ln 2, and "
+        "exp2(s) overflows float32 past 2^128 (scores of a few hundred). Keep the running max: "
+        "p = exp2(s - m_new[:, None]), alpha = exp2(m_i - m_new), lse = (m_i + log2(l_i)) ln 2.",
         shift=False,
     ),
     _chunk_mistake(
@@ -679,18 +686,18 @@ MERGE_OUT_MISTAKES = [
         "mean-nonempty",
     ),
     _merge_mistake(
-        "no-max-shift",
-        "the weights are exp(lse_s), with no max subtracted",
-        "lse_s reaches several hundred; exp(89) already overflows float32, and inf / inf is "
-        "NaN. Subtract the largest lse first: w_s = exp(lse_s - max_s lse_s), at most 1.",
-        "no-shift",
-    ),
-    _merge_mistake(
         "empty-chunk-nan",
         "a sequence with no token (every lse_s = -inf) gives NaN",
         "When every chunk is empty the max is -inf and lse_s - max is -inf - (-inf) = NaN. "
         "Shift by 0 there (torch.where(m == -inf, 0, m)) and return out = 0, lse = -inf.",
         "empty-nan",
+    ),
+    _merge_mistake(
+        "no-max-shift",
+        "the weights are exp(lse_s), with no max subtracted",
+        "lse_s reaches several hundred; exp(89) already overflows float32, and inf / inf is "
+        "NaN. Subtract the largest lse first: w_s = exp(lse_s - max_s lse_s), at most 1.",
+        "no-shift",
     ),
     _merge_mistake(
         "merge-unnormalized",
