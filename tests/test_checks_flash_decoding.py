@@ -20,7 +20,7 @@ import course_utils.triton_attention as ta
 from course_utils.checks import CheckFailure
 from course_utils.checks import flash_decoding as F
 
-RIGHT = '''
+RIGHT = """
 import triton
 import triton.language as tl
 
@@ -53,10 +53,10 @@ def attend_chunk(q, k_ptr, v_ptr, table_ptr, chunk_start, chunk_end, qk_scale, s
     l_safe = tl.where(l_i > 0, l_i, 1.0)
     lse = tl.where(l_i > 0, (m_i + tl.math.log2(l_safe)) * LN2, float("-inf"))
     return acc / l_safe[:, None], lse
-'''
+"""
 
 # Another right style: a loop over page numbers, natural-log lse from m_i * ln 2 + ln(l_i).
-BY_PAGE = '''
+BY_PAGE = """
 import triton
 import triton.language as tl
 
@@ -86,15 +86,19 @@ def attend_chunk(q, k_ptr, v_ptr, table_ptr, chunk_start, chunk_end, qk_scale, s
         m_i = m_new
     empty = l_i == 0
     out = tl.where(empty[:, None], 0.0, acc / tl.where(empty, 1.0, l_i)[:, None])
-    lse = tl.where(empty, float("-inf"), m_i * 0.6931471805599453 + tl.log(tl.where(empty, 1.0, l_i)))
+    ln_l = tl.log(tl.where(empty, 1.0, l_i))
+    lse = tl.where(empty, float("-inf"), m_i * 0.6931471805599453 + ln_l)
     return out, lse
-'''
+"""
 
 # A third: one masked load per page through a 2-D mask, then the max taken before the loads of v.
 MASK_2D = RIGHT.replace(
     "        k = tl.load(k_ptr + ptrs, mask=mask, other=0.0)\n",
     "        k = tl.load(k_ptr + ptrs, mask=mask, other=0.0).to(tl.float32).to(q.dtype)\n",
-).replace("    return acc / l_safe[:, None], lse", "    out = acc * (1.0 / l_safe)[:, None]\n    return out, lse")
+).replace(
+    "    return acc / l_safe[:, None], lse",
+    "    out = acc * (1.0 / l_safe)[:, None]\n    return out, lse",
+)
 
 CHUNK_BUGS = {
     "block-table-ignored": (
@@ -105,7 +109,10 @@ CHUNK_BUGS = {
         "page = tl.load(table_ptr + start // PAGE_SIZE).to(tl.int64)",
         "page = (tl.load(table_ptr) + start // PAGE_SIZE).to(tl.int64)",
     ),
-    "mask-off-by-one": ("n_mask = start + offs_t < chunk_end", "n_mask = start + offs_t <= chunk_end"),
+    "mask-off-by-one": (
+        "n_mask = start + offs_t < chunk_end",
+        "n_mask = start + offs_t <= chunk_end",
+    ),
     "ragged-page": ('        s = tl.where(n_mask[None, :], s, float("-inf"))\n', ""),
     "exp-vs-exp2": ("tl.math.exp2(", "tl.exp("),
     "no-max-shift": (
@@ -207,7 +214,9 @@ def merge_no_shift(out_partial, lse_partial):
 def merge_nan(out_partial, lse_partial):
     m = lse_partial.max(dim=2, keepdim=True).values
     w = torch.exp(lse_partial - m)
-    return (w[..., None] * out_partial).sum(2) / w.sum(2)[..., None], m[..., 0] + torch.log(w.sum(2))
+    return (w[..., None] * out_partial).sum(2) / w.sum(2)[..., None], m[..., 0] + torch.log(
+        w.sum(2)
+    )
 
 
 def merge_lse_max(out_partial, lse_partial):

@@ -152,7 +152,11 @@ def _inputs(batch=2, q_heads=4, kv_heads=2, d=16, page=16, num_pages=6, max_page
     [
         (lambda a: (a[0][0], *a[1:]), ValueError, r"q must have shape \(batch, q_heads, d\)"),
         (lambda a: (a[0], a[1][0], *a[2:]), ValueError, "k_cache must have shape"),
-        (lambda a: (a[0][:, :3], *a[1:]), ValueError, "q_heads = q.shape.1. = 3 must be a multiple"),
+        (
+            lambda a: (a[0][:, :3], *a[1:]),
+            ValueError,
+            "q_heads = q.shape.1. = 3 must be a multiple",
+        ),
         (lambda a: (a[0].double(), *a[1:]), TypeError, "q must be float16, bfloat16 or float32"),
         (lambda a: (a[0].half(), *a[1:]), TypeError, "share one dtype"),
         (lambda a: (*a[:3], a[3].float(), a[4]), TypeError, "block_table must be an int32"),

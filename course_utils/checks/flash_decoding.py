@@ -61,7 +61,7 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 
-# ---- inputs ---------------------------------------------------------------------------------------
+# ---- inputs --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DecodeCase:
     """One launch: shapes, the sequences' lengths, the splits, the dtype and the inputs' seed."""
@@ -116,7 +116,9 @@ class DecodeCase:
         if self.q_scale > 10:
             parts.append("scores of several hundred (the max shift keeps exp2 finite)")
         if self.q_heads > self.kv_heads:
-            parts.append(f"grouped-query attention ({self.q_heads // self.kv_heads} rows per group)")
+            parts.append(
+                f"grouped-query attention ({self.q_heads // self.kv_heads} rows per group)"
+            )
         if self.dtype != "float32":
             parts.append(f"{self.dtype} inputs: tl.dot(p.to(v.dtype), v), the state in float32")
         return "; ".join(parts) or "the online softmax over the chunk's pages, and the lse"
@@ -299,7 +301,7 @@ def emulate_partials(
     return out, lse
 
 
-# ---- comparing ------------------------------------------------------------------------------------
+# ---- comparing -----------------------------------------------------------------------------------
 def _as_array(x) -> np.ndarray:
     if hasattr(x, "detach"):
         x = x.detach().cpu()
@@ -329,7 +331,9 @@ def _same(yours: np.ndarray, theirs: np.ndarray, tol: float) -> bool:
     bad_y, bad_t = ~np.isfinite(yours), ~np.isfinite(theirs)
     if (bad_y != bad_t).any():
         return False
-    if not np.array_equal(np.nan_to_num(yours[bad_y], nan=7.0), np.nan_to_num(theirs[bad_t], nan=7.0)):
+    if not np.array_equal(
+        np.nan_to_num(yours[bad_y], nan=7.0), np.nan_to_num(theirs[bad_t], nan=7.0)
+    ):
         return False
     y, t = yours[~bad_y], theirs[~bad_t]
     if y.size == 0:
@@ -355,8 +359,7 @@ def _failure(name, label, inputs, what, yours, expected, err, tol, mistake, focu
     lines = [
         f"✗ {name} is wrong on {label}.",
         f"  input:    {inputs}",
-        f"  relative error of {what}: {err_text} (tolerance {tol:.0e}); the worst entry is "
-        f"[{at}]:",
+        f"  relative error of {what}: {err_text} (tolerance {tol:.0e}); the worst entry is [{at}]:",
     ]
     if yours.ndim == expected.ndim and yours.shape != expected.shape:
         lines.append(f"  yours has shape {yours.shape}, expected {expected.shape}")
@@ -386,7 +389,7 @@ def _diagnose(which, yours, args, expected, mistakes, tol, match_tol):
     return None
 
 
-# ---- exercise 1: attend_chunk ---------------------------------------------------------------------
+# ---- exercise 1: attend_chunk --------------------------------------------------------------------
 def _chunk_mistake(slug, title, explanation, **bug):
     return Mistake(slug, title, explanation, functools.partial(emulate_partials, **bug))
 
@@ -557,7 +560,9 @@ def check_attend_chunk(attend_chunk: Callable, seed: int | None = 0, trials: int
     name = "attend_chunk"
     with _nothing_on_stderr():
         launches, on_gpu = _check_attend_chunk(name, attend_chunk, seed, trials)
-    where = "float16 and bfloat16 on the GPU" if on_gpu else "float32 and float16 in the interpreter"
+    where = (
+        "float16 and bfloat16 on the GPU" if on_gpu else "float32 and float16 in the interpreter"
+    )
     print(
         f"✓ {name}: {launches} launches match float64 attention on every chunk ({where}; shuffled "
         "pages, ragged lengths, 0 and 1 tokens, empty chunks, GQA, scores of several hundred)"
@@ -604,7 +609,9 @@ def _check_attend_chunk(name, attend_chunk, seed, trials) -> tuple[int, bool]:
             err = _error(yours[which], expected[which])
             if err < tol:
                 continue
-            mistake = _diagnose(which, yours[which], args, expected[which], mistakes, tol, match_tol)
+            mistake = _diagnose(
+                which, yours[which], args, expected[which], mistakes, tol, match_tol
+            )
             raise CheckFailure(
                 _failure(
                     name, case.label, case.describe(), what, yours[which], expected[which], err,
@@ -614,7 +621,7 @@ def _check_attend_chunk(name, attend_chunk, seed, trials) -> tuple[int, bool]:
     return len(cases), on_gpu
 
 
-# ---- exercise 2: merge_splits ---------------------------------------------------------------------
+# ---- exercise 2: merge_splits --------------------------------------------------------------------
 def _merge_reference(out_partial, lse_partial):
     """The lse merge in float64, split after split with course_utils.softmax.merge_partials."""
     out = np.zeros(out_partial.shape[:2] + out_partial.shape[3:])
@@ -759,7 +766,9 @@ def _merge_cases(seed, trials) -> list[MergeCase]:
         lse[rng.random((b, h, s)) < 0.25] = -math.inf
         nested = tuple(tuple(tuple(float(x) for x in row) for row in head) for head in lse)
         cases.append(
-            MergeCase(f"random case {t + 1}", nested, int(rng.integers(1, 9)), int(rng.integers(2**31)))
+            MergeCase(
+                f"random case {t + 1}", nested, int(rng.integers(1, 9)), int(rng.integers(2**31))
+            )
         )
     return cases
 
@@ -829,7 +838,7 @@ def check_merge_splits(merge_splits: Callable, seed: int | None = 0, trials: int
     )
 
 
-# ---- quick checks ---------------------------------------------------------------------------------
+# ---- quick checks --------------------------------------------------------------------------------
 def check_quick_programs(answer) -> None:
     """Programs of the partials grid: batch 8, 32 query heads, 8 KV heads, num_splits 4."""
     batch, q_heads, kv_heads, splits = 8, 32, 8, 4

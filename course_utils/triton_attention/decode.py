@@ -246,7 +246,9 @@ def choose_num_splits(
     sms = num_sms() if sms is None else sms
     per_sm = DEFAULT_TUNING["programs_per_sm"] if programs_per_sm is None else programs_per_sm
     min_tokens = (
-        DEFAULT_TUNING["min_tokens_per_split"] if min_tokens_per_split is None else min_tokens_per_split
+        DEFAULT_TUNING["min_tokens_per_split"]
+        if min_tokens_per_split is None
+        else min_tokens_per_split
     )
     wanted = math.ceil(per_sm * sms / (batch * kv_heads))
     pages = -(-max_seq_len // page_size)
@@ -257,7 +259,9 @@ def choose_num_splits(
 
 def _int_tensor(t, name: str, ndim: int, shape_text: str) -> None:
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape {shape_text}, got {type(t).__name__}")
+        raise TypeError(
+            f"{name} must be a torch.Tensor of shape {shape_text}, got {type(t).__name__}"
+        )
     if t.ndim != ndim:
         raise ValueError(f"{name} must have shape {shape_text}, got {tuple(t.shape)}")
     if t.dtype not in (torch.int32, torch.int64):

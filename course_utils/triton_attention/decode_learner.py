@@ -82,7 +82,9 @@ def learner_decode_partials_kernel(
 
     seq_len = tl.load(seq_lens_ptr + b)
     chunk_start = split * pages_per_split * PAGE_SIZE
-    chunk_end = tl.maximum(tl.minimum(chunk_start + pages_per_split * PAGE_SIZE, seq_len), chunk_start)
+    chunk_end = tl.maximum(
+        tl.minimum(chunk_start + pages_per_split * PAGE_SIZE, seq_len), chunk_start
+    )
     stride_tok = kv_heads * HEAD_DIM  # contiguous (num_pages, page_size, kv_heads, d)
     stride_page = PAGE_SIZE * stride_tok
     k_head = k_ptr + kv_head.to(tl.int64) * HEAD_DIM  # this KV head's column of the cache
