@@ -90,6 +90,20 @@ NAMED_MISTAKES = {
     "07_backward": [
         ("softmax_backward_rows", "forgot-D", "return P * (dP - D)", "return P * dP"),
     ],
+    "09_flash_decoding": [
+        (
+            "attend_chunk",
+            "mask-off-by-one",
+            "n_mask = start + offs_t < chunk_end",
+            "n_mask = start + offs_t <= chunk_end",
+        ),
+        (
+            "merge_splits",
+            "merge-ignores-lse",
+            "out = (w[..., None] * out_partial).sum(dim=2) / safe[..., None]",
+            "out = out_partial.mean(dim=2)",
+        ),
+    ],
 }
 
 # The students of core(): one name per kind, the same student across the seven notebooks

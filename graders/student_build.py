@@ -6,8 +6,8 @@ replays and private helpers, the Triton kernels) is a stub that raises Reference
 whose source is not there to read (no `inspect.getsource` then `exec`). What a learner's code may
 use stays whole: the instrumentation the grader talks to (checks._core, _wire, _remote), input
 validation, the CountingMemory of notebook 04, the KeyParts of notebook 02, the hardware facts of
-the roofline module and the Triton skeleton of notebook 06. Names stay importable, so a notebook's
-imports work and only a call into an answer fails, named `calls-reference` by the check.
+the roofline module and the Triton skeletons of notebooks 06 and 09. Names stay importable, so a
+notebook's imports work and only a call into an answer fails, named `calls-reference` by the check.
 
     build(dest) -> dest/course_utils
 """
@@ -31,6 +31,7 @@ WHOLE = {
     "checks/_remote.py",
     "triton_attention/__init__.py",
     "triton_attention/learner.py",
+    "triton_attention/decode_learner.py",
     "widgets/__init__.py",
 }
 # Modules of which only these top-level names (and what they use) are kept; every other name
@@ -48,6 +49,15 @@ KEEP = {
     "roofline.py": {"Hardware", "A100", "H100_SXM", "H200"},
     "checks/merge.py": {"KeyParts", "key_parts"},
     "triton_attention/forward.py": {"_check_inputs"},
+    # notebook 09's skeleton validates its inputs and picks num_splits as the course kernel does
+    "triton_attention/decode.py": {
+        "check_decode_inputs",
+        "choose_num_splits",
+        "pages_per_split",
+        "LOG2E",
+        "MAX_SPLITS",
+        "MIN_ROWS",
+    },
     "widgets/_base.py": {"LiveFigure"},
 }
 

@@ -3,6 +3,7 @@
     forward     flash_attention_fwd: the FlashAttention-2 forward kernel (notebook 06)
     backward    flash_attention_bwd: the backward kernels, P recomputed from lse (dK/dV, then dQ)
     autograd    flash_attention: forward and backward as one differentiable torch function
+    decode      flash_decode: split-KV decoding over a paged KV cache, GQA (notebook 09)
 
 Importing this subpackage on a machine without a CUDA GPU turns on Triton's interpreter
 (TRITON_INTERPRET=1), which runs every kernel in NumPy on CPU tensors: slow, but the same code and
@@ -40,13 +41,16 @@ if INTERPRETER and os.environ.get("TRITON_INTERPRET") != "1":
 
 from .autograd import FlashAttentionFunction, flash_attention  # noqa: E402
 from .backward import flash_attention_bwd  # noqa: E402
+from .decode import choose_num_splits, flash_decode  # noqa: E402
 from .forward import flash_attention_fwd, launch_flash_attention_fwd  # noqa: E402
 
 __all__ = [
     "INTERPRETER",
     "FlashAttentionFunction",
+    "choose_num_splits",
     "flash_attention",
     "flash_attention_bwd",
     "flash_attention_fwd",
+    "flash_decode",
     "launch_flash_attention_fwd",
 ]

@@ -1,0 +1,877 @@
+"""Checks for notebook 09, flash-decoding over a paged KV cache.
+
+    check_attend_chunk(attend_chunk)     the learner's @triton.jit chunk loop, launched in
+                                         course_utils.triton_attention.decode_learner's skeleton;
+                                         each chunk's (out, lse) against float64 attention over
+                                         the chunk's tokens (course_utils.attention_reference)
+    check_merge_splits(merge_splits)     merge_splits(out_partial, lse_partial) -> (out, lse),
+                                         against the float64 lse merge of course_utils.softmax
+    check_quick_programs(answer)         programs of the partials grid: batch 8, 32 query heads,
+                                         8 KV heads, num_splits 4
+    check_quick_kv_bytes(answer)         bytes of K and V one decode step reads: batch 1, 8 KV
+                                         heads, 65,536 tokens, d = 128, bf16
+
+The cases are built so that each named mistake shows: the pages of every sequence sit in shuffled
+physical order among pages of garbage (block_table ignored, or pages assumed contiguous, read the
+wrong numbers); the slots of a sequence's last page past its length hold garbage (a mask off by
+one reads one of them); lengths are ragged, with a length of 1, a length of 0, and splits past a
+sequence's end (empty chunks: out 0, lse -inf, never NaN); one case has scores of several hundred,
+where exp2 without the max shift overflows float32; grouped-query attention with groups of 1, 2
+and 4 query heads per KV head.
+
+A mistake is named only when its replay (a float64 NumPy emulation of the kernel or merge with
+that one bug; float32 where the bug is an overflow) reproduces the learner's output on the failing
+case; otherwise the message says which part of the specification the case exercises. Launches
+write into NaN-filled buffers, so an element never written shows up. Nothing reaches stderr (a
+graded cell would lose its points): see triton_kernel._nothing_on_stderr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..attention import attention_reference
+from ..softmax import merge_partials
+from ._core import CheckFailure, Mistake, _LearnerRaised, call_learner, describe
+from ._core import hinted_answer as _hinted
+from .triton_kernel import _nothing_on_stderr, _raised_failure
+
+__all__ = [
+    "CHUNK_LSE_MISTAKES",
+    "CHUNK_OUT_MISTAKES",
+    "MERGE_LSE_MISTAKES",
+    "MERGE_OUT_MISTAKES",
+    "DecodeCase",
+    "check_attend_chunk",
+    "check_merge_splits",
+    "check_quick_kv_bytes",
+    "check_quick_programs",
+    "decode_inputs",
+    "emulate_partials",
+    "reference_partials",
+]
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DecodeCase:
+    """One launch: shapes, the sequences' lengths, the splits, the dtype and the inputs' seed."""
+
+    label: str
+    q_heads: int
+    kv_heads: int
+    d: int
+    page_size: int
+    lens: tuple[int, ...]  # seq_lens, one per sequence
+    num_splits: int
+    dtype: str = "float32"
+    seed: int = 0
+    q_scale: float = 1.0  # q is drawn N(0, q_scale^2): 100 gives scores of several hundred
+
+    @property
+    def batch(self) -> int:
+        return len(self.lens)
+
+    @property
+    def max_pages(self) -> int:
+        return max(1, max(-(-n // self.page_size) for n in self.lens))
+
+    @property
+    def pages_per_split(self) -> int:
+        return max(1, -(-self.max_pages // self.num_splits))
+
+    def describe(self) -> str:
+        return (
+            f"q ({self.batch}, {self.q_heads}, {self.d}), {self.kv_heads} KV heads, page_size "
+            f"{self.page_size}, seq_lens {list(self.lens)}, num_splits {self.num_splits} "
+            f"({self.pages_per_split} page(s) per split), {self.dtype}"
+        )
+
+    def focus(self) -> str:
+        """The parts of the specification this case exercises (said when no mistake matches)."""
+        parts = []
+        if self.batch > 1 or self.max_pages > 1:
+            parts.append(
+                "the block-table lookup (pages in shuffled physical order, garbage in between)"
+            )
+        if any(n % self.page_size for n in self.lens):
+            parts.append("the mask of the slots past seq_len in a sequence's last page")
+        chunks = [
+            min(n, (s + 1) * self.pages_per_split * self.page_size)
+            - s * self.pages_per_split * self.page_size
+            for n in self.lens
+            for s in range(self.num_splits)
+        ]
+        if any(c <= 0 for c in chunks):
+            parts.append("empty chunks (out 0 and lse -inf, no NaN)")
+        if self.q_scale > 10:
+            parts.append("scores of several hundred (the max shift keeps exp2 finite)")
+        if self.q_heads > self.kv_heads:
+            parts.append(
+                f"grouped-query attention ({self.q_heads // self.kv_heads} rows per group)"
+            )
+        if self.dtype != "float32":
+            parts.append(f"{self.dtype} inputs: tl.dot(p.to(v.dtype), v), the state in float32")
+        return "; ".join(parts) or "the online softmax over the chunk's pages, and the lse"
+
+
+def decode_inputs(case: DecodeCase):
+    """The case's tensors (CPU torch) and their float64 NumPy copies.
+
+    Returns:
+        (q, k_cache, v_cache, block_table, seq_lens) as torch tensors, and (q, k, v, table,
+        lens) as float64 / int64 NumPy arrays. The cache holds the sequences' pages in shuffled
+        order among garbage pages, with max_pages spare pages at the end, so that a kernel that
+        ignores the block table still reads inside the cache; the unused slots of each last page
+        and the table's unused entries point at garbage.
+    """
+    import torch
+
+    rng = np.random.default_rng(case.seed)
+    page = case.page_size
+    pages_of = [-(-n // page) for n in case.lens]
+    pool = sum(pages_of) + 2  # the sequences' pages and two garbage pages, shuffled
+    num_pages = pool + case.max_pages
+    shape = (num_pages, page, case.kv_heads, case.d)
+    k = rng.standard_normal(shape)
+    v = rng.standard_normal(shape)
+    k[pool:] *= 3.0  # garbage far from the real keys: a wrong page changes the answer
+    order = rng.permutation(pool)
+    table = rng.integers(0, num_pages, size=(case.batch, case.max_pages))
+    taken = 0
+    for b, n_pages in enumerate(pages_of):
+        table[b, :n_pages] = order[taken : taken + n_pages]
+        taken += n_pages
+        tail = case.lens[b] % page
+        if tail:  # the last page's unused slots: garbage a mask off by one would read
+            last = table[b, n_pages - 1]
+            k[last, tail:] = 3.0 * rng.standard_normal((page - tail, case.kv_heads, case.d))
+            v[last, tail:] = 5.0 + rng.standard_normal((page - tail, case.kv_heads, case.d))
+    q = case.q_scale * rng.standard_normal((case.batch, case.q_heads, case.d))
+    dtype = getattr(torch, case.dtype)
+    tensors = (
+        torch.from_numpy(q).to(dtype),
+        torch.from_numpy(k).to(dtype),
+        torch.from_numpy(v).to(dtype),
+        torch.from_numpy(table).to(torch.int32),
+        torch.tensor(case.lens, dtype=torch.int32),
+    )
+    as64 = tuple(t.double().numpy() for t in tensors[:3]) + (
+        table.astype(np.int64),
+        np.asarray(case.lens, dtype=np.int64),
+    )
+    return tensors, as64
+
+
+def _chunks(lens, max_pages, num_splits, page):
+    """(b, split, start, end) of every chunk: split s holds logical pages s*P .. (s+1)*P - 1."""
+    per = max(1, -(-max_pages // num_splits))
+    for b, n in enumerate(lens):
+        for s in range(num_splits):
+            start = s * per * page
+            yield b, s, start, max(start, min(start + per * page, int(n)))
+
+
+def reference_partials(q, k, v, table, lens, softmax_scale, num_splits):
+    """Each chunk's (out, lse) in float64: course_utils.attention_reference on its tokens.
+
+    Args:
+        q: (batch, q_heads, d).  k, v: (num_pages, page_size, kv_heads, d).
+        table: (batch, max_pages) ints.  lens: (batch,) ints.  softmax_scale: tau.
+
+    Returns:
+        out_partial (batch, q_heads, num_splits, d), lse_partial (batch, q_heads, num_splits);
+        0 and -inf for an empty chunk.
+    """
+    batch, q_heads, d = q.shape
+    page, kv_heads = k.shape[1], k.shape[2]
+    group = q_heads // kv_heads
+    out = np.zeros((batch, q_heads, num_splits, d))
+    lse = np.full((batch, q_heads, num_splits), -np.inf)
+    for b, s, start, end in _chunks(lens, table.shape[1], num_splits, page):
+        if end <= start:
+            continue
+        toks = np.arange(start, end)
+        phys = table[b, toks // page]
+        for kvh in range(kv_heads):
+            rows = slice(kvh * group, (kvh + 1) * group)
+            keys, values = k[phys, toks % page, kvh], v[phys, toks % page, kvh]
+            out[b, rows, s], lse[b, rows, s] = attention_reference(
+                q[b, rows], keys, values, False, softmax_scale
+            )
+    return out, lse
+
+
+def emulate_partials(
+    q,
+    k,
+    v,
+    table,
+    lens,
+    softmax_scale,
+    num_splits,
+    *,
+    pages: str = "table",
+    mask: str = "right",
+    exp: str = "2",
+    shift: bool = True,
+    lse_form: str = "e",
+    empty: str = "guarded",
+):
+    """The skeleton with the learner's chunk loop, page by page, in NumPy, with one bug or none.
+
+    pages: "table" (block_table[b, j]), "ignored" (physical page = logical page j) or
+    "contiguous" (block_table[b, 0] + j). mask: "right" (slot t kept when t < chunk_end),
+    "off-by-one" (t <= chunk_end), "scores" (loads masked to 0, scores not set to -inf) or "none"
+    (no mask: the garbage slots count). exp: "2" or "e" (tl.exp with the base-2 scale).
+    shift=False: p = exp2(s) with no running max, in float32 (overflows past 2^128); m_i is
+    still the running max, for lse_form.
+    lse_form: "e" ((m + log2 l) ln 2), "2" (m + log2 l), "no-max" (log2(l) ln 2).
+    empty: "guarded" (out 0, lse -inf) or "nan" (out = acc / l, 0 / 0 for an empty chunk).
+
+    Returns:
+        out_partial (batch, q_heads, num_splits, d), lse_partial (batch, q_heads, num_splits).
+    """
+    batch, q_heads, d = q.shape
+    page, kv_heads = k.shape[1], k.shape[2]
+    group = q_heads // kv_heads
+    qk_scale = softmax_scale * LOG2E
+    base = math.e if exp == "e" else 2.0
+    out = np.zeros((batch, q_heads, num_splits, d))
+    lse = np.full((batch, q_heads, num_splits), -np.inf)
+    with np.errstate(all="ignore"):
+        for b, s, start, end in _chunks(lens, table.shape[1], num_splits, page):
+            for kvh in range(kv_heads):
+                rows = slice(kvh * group, (kvh + 1) * group)
+                qg = q[b, rows]
+                m = np.full(group, -np.inf)
+                l = np.zeros(group)
+                acc = np.zeros((group, d))
+                for p0 in range(start, end, page):
+                    j = p0 // page
+                    phys = {
+                        "table": table[b, j],
+                        "ignored": j,
+                        "contiguous": table[b, 0] + j,
+                    }[pages]
+                    offs = p0 + np.arange(page)
+                    keep = {
+                        "right": offs < end,
+                        "off-by-one": offs <= end,
+                        "scores": offs < end,
+                        "none": np.ones(page, dtype=bool),
+                    }[mask]
+                    kk, vv = k[phys, :, kvh], v[phys, :, kvh]
+                    if mask == "scores":  # loads masked to zero, scores left at q . 0 = 0
+                        kk = np.where((offs < end)[:, None], kk, 0.0)
+                        vv = np.where((offs < end)[:, None], vv, 0.0)
+                        keep = np.ones(page, dtype=bool)
+                    sc = np.where(keep[None, :], (qg @ kk.T) * qk_scale, -np.inf)
+                    if not shift:  # float32, as the kernel: exp2 overflows past 2^128
+                        p = np.exp2(sc.astype(np.float32)).astype(np.float64)
+                        p = np.where(p > np.finfo(np.float32).max, np.inf, p)
+                        l = l + p.sum(axis=1)
+                        acc = acc + p @ vv
+                        m = np.maximum(m, sc.max(axis=1))
+                        continue
+                    m_new = np.maximum(m, sc.max(axis=1))
+                    alpha = np.power(base, m - m_new)
+                    pm = np.power(base, sc - m_new[:, None])
+                    l = l * alpha + pm.sum(axis=1)
+                    acc = acc * alpha[:, None] + pm @ vv
+                    m = m_new
+                if empty == "nan" or l.all():
+                    o = acc / l[:, None]
+                else:
+                    o = np.where((l > 0)[:, None], acc / np.where(l > 0, l, 1.0)[:, None], 0.0)
+                lg = np.log2(l)
+                ls = {"e": (m + lg) * LN2, "2": m + lg, "no-max": lg * LN2}[lse_form]
+                if empty != "nan":
+                    ls = np.where(l > 0, ls, -np.inf)
+                out[b, rows, s], lse[b, rows, s] = o, ls
+    return out, lse
+
+
+# ---- comparing -----------------------------------------------------------------------------------
+def _as_array(x) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+        if str(x.dtype) == "torch.bfloat16":
+            x = x.float()
+        return x.double().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def _error(yours: np.ndarray, expected: np.ndarray) -> float:
+    """Relative error of the finite part; inf when shapes, -inf places or NaN differ."""
+    if yours.shape != expected.shape or np.isnan(yours).any():
+        return math.inf
+    inf_e = np.isinf(expected)
+    if not np.array_equal(np.isinf(yours), inf_e) or (yours[inf_e] != expected[inf_e]).any():
+        return math.inf
+    y, e = yours[~inf_e], expected[~inf_e]
+    if y.size == 0:
+        return 0.0
+    return float(np.linalg.norm(y - e) / max(np.linalg.norm(e), 1e-30))
+
+
+def _same(yours: np.ndarray, theirs: np.ndarray, tol: float) -> bool:
+    """yours matches a replay: NaN and infinities in the same places, the rest within tol."""
+    if yours.shape != theirs.shape:
+        return False
+    bad_y, bad_t = ~np.isfinite(yours), ~np.isfinite(theirs)
+    if (bad_y != bad_t).any():
+        return False
+    if not np.array_equal(
+        np.nan_to_num(yours[bad_y], nan=7.0), np.nan_to_num(theirs[bad_t], nan=7.0)
+    ):
+        return False
+    y, t = yours[~bad_y], theirs[~bad_t]
+    if y.size == 0:
+        return True
+    return float(np.linalg.norm(y - t)) <= tol * max(float(np.linalg.norm(t)), 1e-30)
+
+
+def _worst(yours: np.ndarray, expected: np.ndarray) -> tuple[int, ...]:
+    with np.errstate(all="ignore"):
+        diff = np.abs(yours - expected)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    both_inf = np.isinf(yours) & (yours == expected)
+    diff = np.where(both_inf, 0.0, diff)
+    lead = expected.shape[:3] if diff.ndim == 4 else expected.shape
+    per = diff.reshape(*lead, -1).max(axis=-1)
+    return tuple(int(i) for i in np.unravel_index(np.argmax(per), per.shape))
+
+
+def _failure(name, label, inputs, what, yours, expected, err, tol, mistake, focus) -> str:
+    idx = _worst(yours, expected)
+    at = ", ".join(str(i) for i in idx)
+    err_text = "NaN, inf or a misplaced -inf" if not math.isfinite(err) else f"{err:.2e}"
+    lines = [
+        f"✗ {name} is wrong on {label}.",
+        f"  input:    {inputs}",
+        f"  relative error of {what}: {err_text} (tolerance {tol:.0e}); the worst entry is [{at}]:",
+    ]
+    if yours.ndim == expected.ndim and yours.shape != expected.shape:
+        lines.append(f"  yours has shape {yours.shape}, expected {expected.shape}")
+    elif yours.ndim > len(idx):
+        lines.append(f"  yours:    {what}[{at}, :6] = {describe(yours[idx][:6], 5)}")
+        lines.append(f"  expected: {what}[{at}, :6] = {describe(expected[idx][:6], 5)}")
+    else:
+        lines.append(f"  yours:    {what}[{at}] = {describe(yours[idx], 7)}")
+        lines.append(f"  expected: {what}[{at}] = {describe(expected[idx], 7)}")
+    if mistake is not None:
+        lines.append(f"  likely mistake: {mistake.title} [misconception: {mistake.slug}]")
+        lines.append(f"  {mistake.explanation}")
+    else:
+        if np.isnan(yours).any():
+            lines.append(f"  note: yours has NaN in {int(np.isnan(yours).sum())} entries.")
+        lines.append(f"  No known mistake matches; this case exercises {focus}.")
+    return "\n".join(lines)
+
+
+def _diagnose(which, yours, args, expected, mistakes, tol, match_tol):
+    for mistake in mistakes:
+        theirs = mistake.fn(*args)[which]
+        if _error(theirs, expected) < tol:  # harmless here: cannot be what went wrong
+            continue
+        if _same(yours, theirs, match_tol):
+            return mistake
+    return None
+
+
+# ---- exercise 1: attend_chunk --------------------------------------------------------------------
+def _chunk_mistake(slug, title, explanation, **bug):
+    return Mistake(slug, title, explanation, functools.partial(emulate_partials, **bug))
+
+
+_TABLE = (
+    "Logical page j of the sequence is physical page block_table[b, j]: load it, "
+    "page = tl.load(table_ptr + start // PAGE_SIZE), and address the page's tokens from "
+    "page * stride_page. An engine hands out pages as they free up, so one sequence's pages are "
+    "anywhere in the cache and in any order."
+)
+_LSE = (
+    "lse must be in natural log, as the merge weighs chunks by exp(lse_s - lse): "
+    "lse = (m_i + log2(l_i)) * ln(2), with m_i and log2(l_i) in base 2."
+)
+
+CHUNK_OUT_MISTAKES = [
+    _chunk_mistake(
+        "block-table-ignored",
+        "the block table is not used: logical page j is read from physical page j",
+        _TABLE,
+        pages="ignored",
+    ),
+    _chunk_mistake(
+        "pages-assumed-contiguous",
+        "the pages are taken to be contiguous: block_table[b, 0] + j",
+        _TABLE + " Only the first lookup is not enough: look every page up.",
+        pages="contiguous",
+    ),
+    _chunk_mistake(
+        "mask-off-by-one",
+        "the last page's mask keeps slot chunk_end (offs_n <= chunk_end)",
+        "Tokens chunk_start .. chunk_end - 1 are the chunk's, so the mask is offs_n < chunk_end. "
+        "With <= the slot after a sequence's last token, which holds whatever the page held "
+        "before, joins the softmax.",
+        mask="off-by-one",
+    ),
+    _chunk_mistake(
+        "ragged-page",
+        "the slots past chunk_end are loaded as zeros, but their scores are not set to -inf",
+        "A zero key has score 0, not -inf, so it still takes weight exp2(0 - m_i) in l_i: "
+        "s = tl.where(offs_n[None, :] < chunk_end, s, float('-inf')).",
+        mask="scores",
+    ),
+    _chunk_mistake(
+        "ragged-page",
+        "the slots past chunk_end are not masked at all",
+        "The last page of a sequence is partly filled; the slots past its length hold stale "
+        "numbers. Mask the loads and set those scores to -inf.",
+        mask="none",
+    ),
+    _chunk_mistake(
+        "exp-vs-exp2",
+        "tl.exp with the base-2 scale",
+        "qk_scale = softmax_scale * log2(e) puts the scores in base 2; use tl.math.exp2 for p and "
+        "for alpha. tl.exp makes the softmax log2(e) = 1.44 times too sharp.",
+        exp="e",
+    ),
+    _chunk_mistake(
+        "no-max-shift",
+        "p = exp2(s) with no running max subtracted",
+        "Scores of a few hundred (large activations, long contexts) make exp2(s) overflow "
+        "float32 past 2^128: inf / inf = NaN. Keep the running max m_i and use "
+        "p = exp2(s - m_new[:, None]), alpha = exp2(m_i - m_new).",
+        shift=False,
+        lse_form="no-max",
+    ),
+    _chunk_mistake(
+        "no-max-shift",
+        "p = exp2(s) with no max subtracted, and lse = (max + log2(l_i)) ln 2",
+        "Without the shift l_i = sum exp2(s) already holds the max: lse = log2(l_i) ln 2, and "
+        "exp2(s) overflows float32 past 2^128 (scores of a few hundred). Keep the running max: "
+        "p = exp2(s - m_new[:, None]), alpha = exp2(m_i - m_new), lse = (m_i + log2(l_i)) ln 2.",
+        shift=False,
+    ),
+    _chunk_mistake(
+        "empty-chunk-nan",
+        "an empty chunk divides 0 by 0",
+        "A split past a sequence's end holds no token: the loop does not run, l_i = 0, and "
+        "acc / l_i is NaN, which the merge spreads to the whole answer. Return out = 0 and "
+        "lse = -inf there: divide by tl.where(l_i > 0, l_i, 1.0).",
+        empty="nan",
+    ),
+]
+
+CHUNK_LSE_MISTAKES = [
+    _chunk_mistake("base2-lse", "lse left in base 2 (m_i + log2(l_i))", _LSE, lse_form="2"),
+    _chunk_mistake(
+        "lse-without-max",
+        "lse is log(l_i) without the running max",
+        "l_i is a sum relative to the running max m_i: " + _LSE,
+        lse_form="no-max",
+    ),
+]
+
+
+def _chunk_cases(seed, trials, on_gpu: bool) -> list[DecodeCase]:
+    small = 32 if on_gpu else 16  # d
+    cases = [
+        DecodeCase("one sequence of 10 tokens in one page, one split", 1, 1, small, 16, (10,),
+                   1, seed=1),
+        DecodeCase("45 tokens in three shuffled pages, two splits, GQA 2/1", 2, 1, small, 16,
+                   (45,), 2, seed=2),
+        DecodeCase("ragged batch: lengths 1, 40 and 17, three splits (empty chunks)", 4, 2,
+                   small, 16, (1, 40, 17), 3, seed=3),
+        DecodeCase("a sequence of length 0 beside one of 20", 2, 2, small, 16, (0, 20), 2,
+                   seed=4),
+        DecodeCase("scores of several hundred (q drawn 100 times larger)", 2, 1, small, 16,
+                   (50,), 2, seed=5, q_scale=100.0),
+        DecodeCase("d = 24 padded to 32, GQA 8/2, pages of 32 tokens", 8, 2, 24, 32, (70, 33), 2,
+                   seed=6),
+        DecodeCase("float16 inputs, 60 tokens, three splits", 4, 2, small, 16, (60,), 3,
+                   "float16", seed=7),
+    ]  # fmt: skip
+    if on_gpu:  # half precision, a GPU's sizes
+        cases = [dataclasses.replace(c, dtype="float16") for c in cases] + [
+            DecodeCase("bfloat16, d = 128, GQA 32/8, 1000 and 777 tokens", 32, 8, 128, 16,
+                       (1000, 777), 5, "bfloat16", seed=8),
+        ]  # fmt: skip
+    rng = np.random.default_rng(seed)
+    for t in range(trials):
+        kv_heads = int(rng.integers(1, 3))
+        group = int(rng.choice([1, 2, 4]))
+        page = int(rng.choice([16, 32]))
+        batch = int(rng.integers(1, 4))
+        lens = tuple(int(x) for x in rng.integers(0, 4 * page, size=batch))
+        case = DecodeCase(
+            f"random case {t + 1}",
+            kv_heads * group,
+            kv_heads,
+            int(rng.choice([16, 32])) if not on_gpu else int(rng.choice([64, 128])),
+            page,
+            lens,
+            int(rng.integers(1, 5)),
+            "float32" if not on_gpu else str(rng.choice(["float16", "bfloat16"])),
+            seed=int(rng.integers(2**31)),
+        )
+        cases.append(case)
+    return cases
+
+
+def _chunk_runner(attend_chunk):
+    """run_learner_partials with attend_chunk bound, wherever the learner's function lives."""
+    path = "course_utils.triton_attention.decode_learner:run_learner_partials"
+    if hasattr(attend_chunk, "bound_into"):  # the grader's handle on the notebook's function
+        return attend_chunk.bound_into(path)
+    from ..triton_attention.decode_learner import run_learner_partials
+
+    def launch(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, num_splits):
+        return run_learner_partials(
+            attend_chunk, q, k_cache, v_cache, block_table, seq_lens, softmax_scale, num_splits
+        )
+
+    return launch
+
+
+def check_attend_chunk(attend_chunk: Callable, seed: int | None = 0, trials: int = 2) -> None:
+    """Check the learner's @triton.jit attend_chunk in the skeleton's partials kernel.
+
+    Each case's out_partial and lse_partial (NaN-filled before the launch) are compared with
+    float64 attention over each chunk's tokens: relative error below 1e-5 in float32 and 3e-3 in
+    float16 in the interpreter, 2e-2 in half precision on a GPU; -inf exactly where a chunk is
+    empty.
+
+    Raises:
+        NotImplementedError: attend_chunk is still the exercise's stub.
+        CheckFailure: a wrong result, with the case, the worst entry and the mistake it shows.
+    """
+    name = "attend_chunk"
+    with _nothing_on_stderr():
+        launches, on_gpu = _check_attend_chunk(name, attend_chunk, seed, trials)
+    where = (
+        "float16 and bfloat16 on the GPU" if on_gpu else "float32 and float16 in the interpreter"
+    )
+    print(
+        f"✓ {name}: {launches} launches match float64 attention on every chunk ({where}; shuffled "
+        "pages, ragged lengths, 0 and 1 tokens, empty chunks, GQA, scores of several hundred)"
+    )
+
+
+def _check_attend_chunk(name, attend_chunk, seed, trials) -> tuple[int, bool]:
+    from ..triton_attention import INTERPRETER
+    from ..triton_attention.learner import check_learner_function
+
+    runner = _chunk_runner(attend_chunk)
+    if not hasattr(runner, "__course_call__"):
+        try:
+            check_learner_function(attend_chunk, name)
+        except TypeError as err:
+            raise CheckFailure(f"✗ {name}: {err}") from None
+    on_gpu = not INTERPRETER
+    cases = _chunk_cases(seed, trials, on_gpu)
+    for case in cases:
+        tensors, (q64, k64, v64, table, lens) = decode_inputs(case)
+        scale = 1.0 / math.sqrt(case.d)
+        try:
+            result = call_learner(
+                runner, *tensors, scale, case.num_splits, name=name,
+                allow=("launch", "run_learner_partials"),
+            )  # fmt: skip
+        except NotImplementedError:
+            raise
+        except _LearnerRaised as err:
+            if isinstance(err.exc, TypeError) and "@triton.jit" in str(err.exc):
+                raise CheckFailure(f"✗ {name}: {err.exc}") from None
+            raise _raised_failure(name, case, err.exc) from None
+        yours = tuple(_as_array(x) for x in result)
+        args = (q64, k64, v64, table, lens, scale, case.num_splits)
+        expected = reference_partials(*args)
+        tol = {"float32": 1e-5, "float16": 3e-3}[case.dtype] if not on_gpu else 2e-2
+        if on_gpu and case.dtype == "float32":
+            tol = 5e-3  # tl.dot rounds float32 to tf32 on a GPU
+        match_tol = 1e-3 if case.dtype == "float32" and not on_gpu else 5e-2
+        for which, what, mistakes in (
+            (0, "out_partial", CHUNK_OUT_MISTAKES),
+            (1, "lse_partial", CHUNK_LSE_MISTAKES + CHUNK_OUT_MISTAKES),
+        ):
+            err = _error(yours[which], expected[which])
+            if err < tol:
+                continue
+            mistake = _diagnose(
+                which, yours[which], args, expected[which], mistakes, tol, match_tol
+            )
+            raise CheckFailure(
+                _failure(
+                    name, case.label, case.describe(), what, yours[which], expected[which], err,
+                    tol, mistake, case.focus(),
+                )
+            )  # fmt: skip
+    return len(cases), on_gpu
+
+
+# ---- exercise 2: merge_splits --------------------------------------------------------------------
+def _merge_reference(out_partial, lse_partial):
+    """The lse merge in float64, split after split with course_utils.softmax.merge_partials."""
+    out = np.zeros(out_partial.shape[:2] + out_partial.shape[3:])
+    lse = np.full(lse_partial.shape[:2], -np.inf)
+    for s in range(lse_partial.shape[2]):
+        out, lse = merge_partials(out, lse, out_partial[:, :, s], lse_partial[:, :, s])
+    return out, lse
+
+
+def _merge_variant(out_partial, lse_partial, *, bug):
+    """The merge with one bug, in NumPy (float32 where the bug is an overflow)."""
+    o, lse_s = out_partial, lse_partial
+    with np.errstate(all="ignore"):
+        m = lse_s.max(axis=2, keepdims=True)
+        m_safe = np.where(np.isfinite(m), m, 0.0)
+        w = np.exp(lse_s - m_safe)
+        total = w.sum(axis=2)
+        right_lse = np.where(total > 0, m_safe[..., 0] + np.log(total), -np.inf)
+        safe = np.where(total > 0, total, 1.0)[..., None]
+        right_out = (w[..., None] * o).sum(axis=2) / safe
+        if bug == "mean":
+            return o.mean(axis=2), right_lse
+        if bug == "mean-nonempty":
+            full = np.isfinite(lse_s)
+            n = full.sum(axis=2)[..., None]
+            return (o * full[..., None]).sum(axis=2) / np.where(n > 0, n, 1), right_lse
+        if bug == "no-shift":
+            w32 = np.exp(lse_s.astype(np.float32)).astype(np.float64)
+            w32 = np.where(w32 > np.finfo(np.float32).max, np.inf, w32)
+            t32 = w32.sum(axis=2)
+            return (w32[..., None] * o).sum(axis=2) / t32[..., None], np.log(t32)
+        if bug == "empty-nan":
+            w = np.exp(lse_s - m)
+            total = w.sum(axis=2)
+            return (w[..., None] * o).sum(axis=2) / total[..., None], m[..., 0] + np.log(total)
+        if bug == "unnormalized":
+            return (w[..., None] * o).sum(axis=2), right_lse
+        if bug == "exp2":
+            w2 = np.exp2(lse_s - m_safe)
+            t2 = w2.sum(axis=2)
+            out = (w2[..., None] * o).sum(axis=2) / np.where(t2 > 0, t2, 1.0)[..., None]
+            return out, np.where(t2 > 0, m_safe[..., 0] + np.log2(t2), -np.inf)
+        if bug == "lse-max":
+            return right_out, m[..., 0]
+        if bug == "lse-sum":
+            return right_out, np.where(total > 0, np.log(np.exp(lse_s).sum(axis=2)), -np.inf)
+    raise ValueError(bug)
+
+
+def _merge_mistake(slug, title, explanation, bug):
+    return Mistake(slug, title, explanation, functools.partial(_merge_variant, bug=bug))
+
+
+_WEIGHTS = (
+    "A chunk's out is normalized over its own keys; its weight in the answer is its share of the "
+    "softmax mass, exp(lse_s - lse) with lse = log sum_s exp(lse_s). "
+)
+MERGE_OUT_MISTAKES = [
+    _merge_mistake(
+        "merge-ignores-lse",
+        "the partials are averaged (the merge weights do not use lse)",
+        _WEIGHTS + "A plain average gives a chunk of 3 tokens the weight of one of 3000.",
+        "mean",
+    ),
+    _merge_mistake(
+        "merge-ignores-lse",
+        "the non-empty partials are averaged (the merge weights do not use lse)",
+        _WEIGHTS + "Leaving the empty chunks out is right, but the others are not equal either.",
+        "mean-nonempty",
+    ),
+    _merge_mistake(
+        "empty-chunk-nan",
+        "a sequence with no token (every lse_s = -inf) gives NaN",
+        "When every chunk is empty the max is -inf and lse_s - max is -inf - (-inf) = NaN. "
+        "Shift by 0 there (torch.where(m == -inf, 0, m)) and return out = 0, lse = -inf.",
+        "empty-nan",
+    ),
+    _merge_mistake(
+        "no-max-shift",
+        "the weights are exp(lse_s), with no max subtracted",
+        "lse_s reaches several hundred; exp(89) already overflows float32, and inf / inf is "
+        "NaN. Subtract the largest lse first: w_s = exp(lse_s - max_s lse_s), at most 1.",
+        "no-shift",
+    ),
+    _merge_mistake(
+        "merge-unnormalized",
+        "the weights exp(lse_s - max) are not divided by their sum",
+        _WEIGHTS + "exp(lse_s - max) is a weight relative to the largest chunk; divide by their "
+        "sum, or equivalently use exp(lse_s - lse).",
+        "unnormalized",
+    ),
+    _merge_mistake(
+        "exp-vs-exp2",
+        "the weights use exp2 (and log2) on a natural-log lse",
+        "lse_partial is in natural log: weights exp(lse_s - lse), not exp2.",
+        "exp2",
+    ),
+]
+MERGE_LSE_MISTAKES = [
+    _merge_mistake(
+        "merge-lse-max",
+        "lse is the largest lse_s",
+        "The merged lse is log sum_s exp(lse_s) = m + log sum_s exp(lse_s - m): larger than the "
+        "max unless one chunk holds all the mass.",
+        "lse-max",
+    ),
+    _merge_mistake(
+        "no-max-shift",
+        "lse = log(sum_s exp(lse_s)), with no max subtracted",
+        "exp(lse_s) overflows for lse_s > 88 in float32 (and past 709 in float64): "
+        "lse = m + log(sum_s exp(lse_s - m)).",
+        "lse-sum",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class MergeCase:
+    label: str
+    lse: tuple  # (batch, heads, num_splits) nested lists: the lse_partial
+    d: int = 4
+    seed: int = 0
+
+
+def _merge_cases(seed, trials) -> list[MergeCase]:
+    inf = -math.inf
+    cases = [
+        MergeCase("two splits with equal lse", (((0.5, 0.5),),)),
+        MergeCase("three splits, lse 0, 2 and -1", (((0.0, 2.0, -1.0),),)),
+        MergeCase("an empty split (lse -inf, out 0) between two", (((1.0, inf, 3.0),),)),
+        MergeCase("lse 1000 apart: 500 and -500", (((500.0, -500.0),),)),
+        MergeCase("every split empty (a sequence of length 0)", (((inf, inf, inf),),)),
+        MergeCase("one split only", (((2.5,),),)),
+        MergeCase("batch 2, 2 heads, lse near 300 and an empty row",
+                  (((300.0, 301.0, inf), (inf, inf, inf)), ((-5.0, 0.0, 4.0), (250.0, inf, 249.0))),
+                  d=6, seed=3),
+    ]  # fmt: skip
+    rng = np.random.default_rng(seed)
+    for t in range(trials):
+        b, h, s = (int(x) for x in rng.integers(1, 4, size=3)) if t % 2 else (2, 3, 5)
+        lse = rng.uniform(-400, 400, size=(b, h, s))
+        lse[rng.random((b, h, s)) < 0.25] = -math.inf
+        nested = tuple(tuple(tuple(float(x) for x in row) for row in head) for head in lse)
+        cases.append(
+            MergeCase(
+                f"random case {t + 1}", nested, int(rng.integers(1, 9)), int(rng.integers(2**31))
+            )
+        )
+    return cases
+
+
+def _merge_inputs(case: MergeCase):
+    import torch
+
+    lse = np.array(case.lse, dtype=np.float64)
+    rng = np.random.default_rng(case.seed)
+    out = rng.standard_normal(lse.shape + (case.d,))
+    out[np.isinf(lse)] = 0.0  # an empty chunk's partial
+    out32, lse32 = out.astype(np.float32), lse.astype(np.float32)
+    tensors = (torch.from_numpy(out32.copy()), torch.from_numpy(lse32.copy()))
+    return tensors, (out32.astype(np.float64), lse32.astype(np.float64))
+
+
+def check_merge_splits(merge_splits: Callable, seed: int | None = 0, trials: int = 4) -> None:
+    """Check merge_splits(out_partial, lse_partial) -> (out, lse) on float32 torch tensors.
+
+    out_partial: (batch, heads, num_splits, d), lse_partial: (batch, heads, num_splits), natural
+    log, -inf (with out 0) for an empty chunk. Expected: out (batch, heads, d), lse (batch, heads)
+    of the float64 lse merge, to a relative error of 1e-5; out 0 and lse -inf where every chunk is
+    empty.
+    """
+    name = "merge_splits"
+    cases = _merge_cases(seed, trials)
+    tol, match_tol = 1e-5, 1e-4
+    with _nothing_on_stderr():
+        for case in cases:
+            tensors, args = _merge_inputs(case)
+            try:
+                result = call_learner(merge_splits, *tensors, name=name)
+            except NotImplementedError:
+                raise
+            except _LearnerRaised as err:
+                raise CheckFailure(
+                    f"✗ {name} raised {err.exc!r} on {case.label}.\n  input: lse_partial = "
+                    f"{describe(args[1])}, out_partial of shape {args[0].shape}"
+                ) from None
+            if not isinstance(result, tuple | list) or len(result) != 2:
+                raise CheckFailure(
+                    f"✗ {name} must return the pair (out, lse), got {type(result).__name__}"
+                )
+            yours = tuple(_as_array(x) for x in result)
+            expected = _merge_reference(*args)
+            for which, what, mistakes in (
+                (0, "out", MERGE_OUT_MISTAKES),
+                (1, "lse", MERGE_LSE_MISTAKES + MERGE_OUT_MISTAKES),
+            ):
+                err = _error(yours[which], expected[which])
+                if err < tol:
+                    continue
+                mistake = _diagnose(
+                    which, yours[which], args, expected[which], mistakes, tol, match_tol
+                )
+                inputs = f"lse_partial = {describe(args[1])}, out_partial of shape {args[0].shape}"
+                raise CheckFailure(
+                    _failure(
+                        name, case.label, inputs, what, yours[which], expected[which], err, tol,
+                        mistake, "the lse merge: weights exp(lse_s - lse), an empty chunk "
+                        "weighing 0, out 0 and lse -inf when every chunk is empty",
+                    )
+                )  # fmt: skip
+    print(
+        f"✓ {name}: {len(cases)} cases match the float64 lse merge (lse 1000 apart, empty "
+        "chunks, every chunk empty, one split)"
+    )
+
+
+# ---- quick checks --------------------------------------------------------------------------------
+def check_quick_programs(answer) -> None:
+    """Programs of the partials grid: batch 8, 32 query heads, 8 KV heads, num_splits 4."""
+    batch, q_heads, kv_heads, splits = 8, 32, 8, 4
+    _hinted(
+        "programs of the partials kernel (batch 8, 32 query heads, 8 KV heads, 4 splits)",
+        answer,
+        batch * kv_heads * splits,
+        [
+            (batch * q_heads * splits, "one program serves a whole group of query heads: count "
+             "KV heads, not query heads"),
+            (batch * kv_heads, "each (sequence, KV head) gets num_splits programs, one per chunk"),
+            (kv_heads * splits, "every sequence of the batch has its own programs: times batch"),
+            (q_heads * splits, "count (sequence, KV head, split) triples"),
+        ],
+        "grid = (batch * kv_heads, num_splits)",
+        rtol=0.0,
+    )  # fmt: skip
+
+
+def check_quick_kv_bytes(answer) -> None:
+    """Bytes of K and V one decode step reads: batch 1, 8 KV heads, 65,536 tokens, d 128, bf16."""
+    n, kv_heads, d, size = 65_536, 8, 128, 2
+    right = 2 * n * kv_heads * d * size
+    _hinted(
+        "bytes of K and V read (1 sequence, 65,536 tokens, 8 KV heads, d = 128, bfloat16)",
+        answer,
+        right,
+        [
+            (right * 4, "with GQA the 32 query heads share 8 KV heads: each KV head is read once"),
+            (right // 2, "both K and V are read: times 2"),
+            (right * 2, "bfloat16 is 2 bytes per element, not 4"),
+            (right // size, "that is elements; bytes are twice as many in bfloat16"),
+        ],
+        "2 (K and V) * tokens * kv_heads * d * 2 bytes",
+        rtol=1e-6,
+    )  # fmt: skip

@@ -1,0 +1,485 @@
+"""Flash-decoding in Triton: one query token per sequence against a paged KV cache, split-KV.
+
+At decode time each sequence brings one new query per head, and attends to its whole KV cache.
+FlashAttention-2's grid (one program per query tile and head) would launch batch * heads programs,
+too few to keep a GPU's SMs busy. Split-KV (flash-decoding) also cuts each KV cache into
+`num_splits` chunks and gives every chunk its own program, then merges the partial results by
+their logsumexp (notebooks 02 and 05):
+
+    lse = log sum_s e^lse_s,        out = sum_s e^(lse_s - lse) out_s.
+
+The cache is paged, as inference engines store it: K and V live in fixed-size pages,
+k_cache[page, slot, kv_head, :], and a sequence's token t is in physical page
+block_table[b, t // page_size], slot t % page_size. Pages of one sequence need not be contiguous
+nor in order. Sequences of one batch have their own lengths, seq_lens[b].
+
+Grouped-query attention: q_heads = group * kv_heads, and query head h reads KV head h // group.
+One program handles the whole group of query heads that share a KV head, so each K/V tile is read
+from HBM once for the group (group times less traffic than one program per query head), and the
+group's queries form the rows of one tl.dot.
+
+Two kernels:
+
+    _decode_partials_kernel   grid (batch * kv_heads, num_splits): the (out, lse) of one chunk of
+                              pages for one group of query heads; reads chunk * 2 * d elements of
+                              K and V, writes group * (d + 1) floats
+    _decode_merge_kernel      grid (batch * q_heads,): the lse merge of the num_splits partials
+
+Chunks are whole pages: split s covers the logical pages [s * P, (s + 1) * P) of every sequence,
+P = ceil(max_pages / num_splits), max_pages = block_table.shape[1] (known on the host without
+reading seq_lens, so no device sync). A chunk past a sequence's length is empty: out 0, lse -inf,
+and it weighs nothing in the merge. seq_len 0 gives out 0 and lse -inf.
+
+    flash_decode(q, k_cache, v_cache, block_table, seq_lens) -> (out, lse)
+    choose_num_splits(batch, kv_heads, max_seq_len, ...)     the SM-fill model of notebook 05
+
+Tunables (`DEFAULT_TUNING`, or keywords of flash_decode): pages_per_tile (the K/V tile is
+pages_per_tile * page_size tokens), num_warps, num_stages, programs_per_sm and
+min_tokens_per_split (how num_splits is chosen). `python -m benchmarks.decode --sweep` times them.
+
+No tensor descriptors (tl.make_block_ptr is gone in triton 3.9): pointer loads, gathered through
+the block table. In Triton's interpreter bfloat16 runs in float32 (the interpreter computes
+bfloat16 wrongly), out cast back.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from .._validate import softmax_scale_or_default
+from . import INTERPRETER
+
+LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
+LN2 = 0.6931471805599453  # ln(2): a base-2 logarithm times LN2 is a natural one
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+MAX_HEAD_DIM = 256
+MAX_SPLITS = 256  # the merge kernel holds all of a head's partials in one tile
+NOMINAL_SMS = 132  # an H100's SM count: the model's GPU when there is none (the interpreter)
+MIN_ROWS = 16  # tl.dot needs at least 16 rows: a group of query heads is padded up to this
+
+DEFAULT_TUNING = {
+    "tile_tokens": 64,  # pages_per_tile = max(1, tile_tokens // page_size) unless given
+    "num_warps": 4,
+    "num_stages": 2,
+    "programs_per_sm": 2,  # num_splits aims at this many programs per SM (two waves' worth)
+    "min_tokens_per_split": 256,  # shorter chunks cost more in the merge than they win
+}
+
+
+@triton.jit
+def _decode_partials_kernel(
+    q_ptr,  # (batch, q_heads, d) queries, one token per sequence
+    k_ptr,  # (num_pages, page_size, kv_heads, d) key cache
+    v_ptr,  # (num_pages, page_size, kv_heads, d) value cache
+    table_ptr,  # (batch, max_pages) int32: logical page -> physical page
+    seq_lens_ptr,  # (batch,) int32 tokens in each sequence's cache
+    out_part_ptr,  # (batch, q_heads, num_splits, d) float32, contiguous: each chunk's out
+    lse_part_ptr,  # (batch, q_heads, num_splits) float32, contiguous: each chunk's lse
+    stride_qb,  # q's strides along batch and head (d is contiguous)
+    stride_qh,
+    stride_kp,  # k_cache's strides along page, slot and head
+    stride_ks,
+    stride_kh,
+    stride_vp,  # v_cache's strides
+    stride_vs,
+    stride_vh,
+    stride_tb,  # block_table's stride along batch
+    kv_heads,  # program_id(0) = b * kv_heads + kv_head
+    num_splits,  # program_id(1) = split
+    pages_per_split,  # P: split s holds logical pages s * P .. (s + 1) * P - 1
+    qk_scale,  # softmax_scale * log2(e)
+    GROUP: tl.constexpr,  # query heads per KV head
+    BLOCK_H: tl.constexpr,  # GROUP rounded up to a power of two, at least 16 (tl.dot's rows)
+    HEAD_DIM: tl.constexpr,  # d
+    BLOCK_D: tl.constexpr,  # d rounded up to a power of two
+    PAGE_SIZE: tl.constexpr,  # tokens per page
+    BLOCK_N: tl.constexpr,  # tokens per K/V tile: PAGES_PER_TILE * PAGE_SIZE
+):
+    """(out, lse) of one chunk of one sequence's cache for the GROUP query heads of a KV head."""
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    b = pid // kv_heads
+    kv_head = pid % kv_heads
+
+    offs_h = tl.arange(0, BLOCK_H)  # rows: the group's query heads (padded)
+    offs_d = tl.arange(0, BLOCK_D)
+    h_mask = offs_h < GROUP
+    d_mask = offs_d < HEAD_DIM
+    heads = kv_head * GROUP + offs_h  # query head indices
+    q_ptrs = q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=h_mask[:, None] & d_mask[None, :], other=0.0)  # read GROUP * d
+
+    seq_len = tl.load(seq_lens_ptr + b)
+    chunk_start = split * pages_per_split * PAGE_SIZE
+    chunk_end = tl.minimum(chunk_start + pages_per_split * PAGE_SIZE, seq_len)
+    table = table_ptr + b.to(tl.int64) * stride_tb
+    k_base = k_ptr + kv_head.to(tl.int64) * stride_kh
+    v_base = v_ptr + kv_head.to(tl.int64) * stride_vh
+
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)  # running max, log2 units
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)  # running sum of exp2(s - m_i)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)  # unnormalized out
+    offs_t = tl.arange(0, BLOCK_N)
+    for start in range(chunk_start, chunk_end, BLOCK_N):
+        offs_n = start + offs_t  # logical token indices of the tile
+        n_mask = offs_n < chunk_end  # the chunk's (and the sequence's) last tile is ragged
+        # the physical page of every token of the tile (PAGES_PER_TILE distinct values)
+        page = tl.load(table + offs_n // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
+        slot = offs_n % PAGE_SIZE
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        k = tl.load(
+            k_base + page[:, None] * stride_kp + slot[:, None] * stride_ks + offs_d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )  # read BLOCK_N * d, once for the whole group
+        v = tl.load(
+            v_base + page[:, None] * stride_vp + slot[:, None] * stride_vs + offs_d[None, :],
+            mask=kv_mask,
+            other=0.0,
+        )  # read BLOCK_N * d
+        s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_H, BLOCK_N), log2 units
+        s = tl.where(n_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: the tile holds at least one token
+        alpha = tl.math.exp2(m_i - m_new)  # 0 at the first tile
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    # an empty chunk (no tile ran): l_i = 0 gives out 0 and lse -inf, never 0 / 0
+    seen = l_i > 0
+    l_safe = tl.where(seen, l_i, 1.0)
+    out = acc / l_safe[:, None]
+    lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * LN2, float("-inf"))  # natural log
+    row = (b * (kv_heads * GROUP) + heads).to(tl.int64) * num_splits + split  # (b, h, split)
+    tl.store(lse_part_ptr + row, lse, mask=h_mask)
+    out_ptrs = out_part_ptr + row[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(out_ptrs, out, mask=h_mask[:, None] & d_mask[None, :])  # write GROUP * d floats
+
+
+@triton.jit
+def _decode_merge_kernel(
+    out_part_ptr,  # (batch * q_heads, num_splits, d) float32, contiguous
+    lse_part_ptr,  # (batch * q_heads, num_splits) float32
+    out_ptr,  # (batch, q_heads, d) output, q's dtype
+    lse_ptr,  # (batch * q_heads,) float32
+    stride_ob,  # out's strides along batch and head
+    stride_oh,
+    q_heads,
+    num_splits,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr,  # num_splits rounded up to a power of two
+):
+    """lse = log sum_s e^lse_s, out = sum_s e^(lse_s - lse) out_s for one (sequence, head)."""
+    row = tl.program_id(0).to(tl.int64)  # b * q_heads + h
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    s_mask = offs_s < num_splits
+    lse_s = tl.load(lse_part_ptr + row * num_splits + offs_s, mask=s_mask, other=float("-inf"))
+    m = tl.max(lse_s, 0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)  # every chunk empty: weights exp(-inf) = 0
+    w = tl.math.exp2((lse_s - m_safe) * 1.4426950408889634)  # at most 1: no overflow
+    total = tl.sum(w, 0)
+    o_ptrs = out_part_ptr + (row * num_splits + offs_s[:, None]) * HEAD_DIM + offs_d[None, :]
+    o_s = tl.load(o_ptrs, mask=s_mask[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    total_safe = tl.where(total > 0, total, 1.0)
+    out = tl.sum(w[:, None] * o_s, 0) / total_safe
+    lse = tl.where(total > 0, m_safe + tl.log(total_safe), float("-inf"))
+    tl.store(lse_ptr + row, lse)
+    b = row // q_heads
+    h = row % q_heads
+    out_ptrs = out_ptr + b * stride_ob + h * stride_oh + offs_d
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=offs_d < HEAD_DIM)
+
+
+# ---- the host side -----------------------------------------------------------------------------
+
+
+def num_sms(device: torch.device | str | None = None) -> int:
+    """The SM count of the CUDA device, or NOMINAL_SMS (132, an H100) without one."""
+    if INTERPRETER or not torch.cuda.is_available():
+        return NOMINAL_SMS
+    return torch.cuda.get_device_properties(device or "cuda").multi_processor_count
+
+
+def choose_num_splits(
+    batch: int,
+    kv_heads: int,
+    max_seq_len: int,
+    page_size: int = 16,
+    sms: int | None = None,
+    *,
+    programs_per_sm: float | None = None,
+    min_tokens_per_split: int | None = None,
+) -> int:
+    """num_splits from notebook 05's SM-fill model, used for real.
+
+    Without splitting the grid has batch * kv_heads programs; decode is memory-bound, and an SM
+    with no program pulls no bytes. So split each cache until the grid has about
+    programs_per_sm * sms programs (two per SM keep loads in flight while the other waits),
+
+        num_splits = ceil(programs_per_sm * sms / (batch * kv_heads)),
+
+    but no further than chunks of min_tokens_per_split tokens (whole pages): a short chunk's
+    program spends more on its start and its partial's write and merge than it streams.
+
+    Args:
+        batch, kv_heads: the grid without splitting is batch * kv_heads programs.
+        max_seq_len: the longest sequence (tokens) the chunks must cover.
+        page_size: tokens per page (chunks are whole pages).
+        sms: SMs of the GPU; default num_sms() (132 on a machine without one).
+        programs_per_sm, min_tokens_per_split: default DEFAULT_TUNING's.
+
+    Returns:
+        num_splits, between 1 and MAX_SPLITS.
+    """
+    for name, value in (("batch", batch), ("kv_heads", kv_heads), ("page_size", page_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 0:
+        raise ValueError(f"max_seq_len must be an int >= 0, got {max_seq_len!r}")
+    sms = num_sms() if sms is None else sms
+    per_sm = DEFAULT_TUNING["programs_per_sm"] if programs_per_sm is None else programs_per_sm
+    min_tokens = (
+        DEFAULT_TUNING["min_tokens_per_split"]
+        if min_tokens_per_split is None
+        else min_tokens_per_split
+    )
+    wanted = math.ceil(per_sm * sms / (batch * kv_heads))
+    pages = -(-max_seq_len // page_size)
+    min_pages = max(1, -(-min_tokens // page_size))
+    most = max(1, pages // min_pages)  # chunks of at least min_pages pages
+    return int(max(1, min(wanted, most, MAX_SPLITS)))
+
+
+def _int_tensor(t, name: str, ndim: int, shape_text: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor of shape {shape_text}, got {type(t).__name__}"
+        )
+    if t.ndim != ndim:
+        raise ValueError(f"{name} must have shape {shape_text}, got {tuple(t.shape)}")
+    if t.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{name} must be an int32 tensor, got {t.dtype}")
+
+
+def check_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, *, check_values: bool = True):
+    """Raise a clear error, naming the argument, for any input flash_decode cannot take.
+
+    Shapes: q (batch, q_heads, d); k_cache and v_cache (num_pages, page_size, kv_heads, d), one
+    shape; block_table (batch, max_pages) int32; seq_lens (batch,) int32. q_heads a multiple of
+    kv_heads, page_size a power of two >= 16, d <= 256; one dtype (float16, bfloat16 or float32)
+    and one device for q and the caches. With check_values (a device sync): 0 <= seq_lens[b] <=
+    max_pages * page_size and the pages a sequence uses are in 0 .. num_pages - 1.
+
+    Returns:
+        (batch, q_heads, kv_heads, d, num_pages, page_size, max_pages).
+    """
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} must be float16, bfloat16 or float32, got {t.dtype}")
+    if q.ndim != 3:
+        raise ValueError(
+            f"q must have shape (batch, q_heads, d), one query token per sequence; got "
+            f"{tuple(q.shape)}"
+        )
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.ndim != 4:
+            raise ValueError(
+                f"{name} must have shape (num_pages, page_size, kv_heads, d), got {tuple(t.shape)}"
+            )
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(
+            f"k_cache and v_cache must have one shape, got {tuple(k_cache.shape)} and "
+            f"{tuple(v_cache.shape)}"
+        )
+    if not (q.dtype == k_cache.dtype == v_cache.dtype):
+        raise TypeError(
+            f"q, k_cache and v_cache must share one dtype, got {q.dtype}, {k_cache.dtype}, "
+            f"{v_cache.dtype}"
+        )
+    batch, q_heads, d = q.shape
+    num_pages, page_size, kv_heads, d_k = k_cache.shape
+    if d_k != d:
+        raise ValueError(f"k_cache's head dimension is {d_k}, q's is {d}: they must be equal")
+    if not 1 <= d <= MAX_HEAD_DIM:
+        raise ValueError(f"the head dimension d = q.shape[2] must be in 1..{MAX_HEAD_DIM}, got {d}")
+    if page_size < 16 or page_size & (page_size - 1):
+        raise ValueError(
+            f"page_size = k_cache.shape[1] must be a power of two >= 16 (a tile of tokens), "
+            f"got {page_size}"
+        )
+    if kv_heads < 1 or q_heads % kv_heads:
+        raise ValueError(
+            f"q_heads = q.shape[1] = {q_heads} must be a multiple of kv_heads = "
+            f"k_cache.shape[2] = {kv_heads} (grouped-query attention)"
+        )
+    _int_tensor(block_table, "block_table", 2, "(batch, max_pages)")
+    _int_tensor(seq_lens, "seq_lens", 1, "(batch,)")
+    if block_table.shape[0] != batch or seq_lens.shape[0] != batch:
+        raise ValueError(
+            f"block_table {tuple(block_table.shape)} and seq_lens {tuple(seq_lens.shape)} must "
+            f"have one row per sequence: batch = q.shape[0] = {batch}"
+        )
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("block_table", block_table)):
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device}, q on {q.device}: use one device")
+    if seq_lens.device != q.device:
+        raise ValueError(f"seq_lens is on {seq_lens.device}, q on {q.device}: use one device")
+    if INTERPRETER and q.device.type != "cpu":
+        raise ValueError(f"without a CUDA GPU the kernels run on CPU tensors; q is on {q.device}")
+    if not INTERPRETER and q.device.type != "cuda":
+        raise ValueError(f"q must be a CUDA tensor on a machine with a GPU, got {q.device}")
+    max_pages = block_table.shape[1]
+    if check_values and batch:
+        lens = seq_lens.detach().to("cpu", torch.int64)
+        capacity = max_pages * page_size
+        bad = ((lens < 0) | (lens > capacity)).nonzero()
+        if len(bad):
+            b = int(bad[0, 0])
+            raise ValueError(
+                f"seq_lens[{b}] = {int(lens[b])} must be in 0..{capacity} (max_pages = "
+                f"block_table.shape[1] = {max_pages} pages of {page_size} tokens)"
+            )
+        used = torch.arange(max_pages)[None, :] < (-(-lens // page_size))[:, None]
+        table = block_table.detach().to("cpu", torch.int64)
+        out_of_range = used & ((table < 0) | (table >= num_pages))
+        if out_of_range.any():
+            b, j = (int(x) for x in out_of_range.nonzero()[0])
+            raise ValueError(
+                f"block_table[{b}, {j}] = {int(table[b, j])} is not a page of the cache: the "
+                f"pages sequence {b} uses must be in 0..{num_pages - 1} (num_pages = "
+                "k_cache.shape[0])"
+            )
+    return batch, q_heads, kv_heads, d, num_pages, page_size, max_pages
+
+
+def pages_per_split(max_pages: int, num_splits: int) -> int:
+    """P = ceil(max_pages / num_splits): split s holds logical pages s * P .. (s + 1) * P - 1."""
+    return max(1, -(-max_pages // num_splits))
+
+
+def _positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+def flash_decode(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    softmax_scale: float | None = None,
+    num_splits: int | None = None,
+    *,
+    pages_per_tile: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    check_values: bool = True,
+    partials: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decode attention over a paged KV cache: out[b, h] = softmax(tau q[b, h] K_b^T) V_b.
+
+    K_b, V_b: sequence b's first seq_lens[b] tokens of KV head h // (q_heads / kv_heads), found
+    through block_table. Split-KV: num_splits chunks per cache, each its own program, merged by
+    lse.
+
+    Args:
+        q: (batch, q_heads, d) float16, bfloat16 or float32: one query token per sequence.
+        k_cache, v_cache: (num_pages, page_size, kv_heads, d), q's dtype and device; page_size a
+            power of two >= 16; q_heads a multiple of kv_heads.
+        block_table: (batch, max_pages) int32: block_table[b, j] is the physical page of
+            sequence b's tokens j * page_size .. (j + 1) * page_size - 1 (entries past the
+            sequence's last page are not read).
+        seq_lens: (batch,) int32, 0 <= seq_lens[b] <= max_pages * page_size.
+        softmax_scale: tau, default 1 / sqrt(d).
+        num_splits: chunks per cache; default choose_num_splits(batch, kv_heads,
+            max_pages * page_size, page_size) (no device sync: the table's width, not seq_lens).
+        pages_per_tile, num_warps, num_stages: the launch (default DEFAULT_TUNING).
+        check_values: check seq_lens and the used block_table entries (one device sync); a
+            benchmark that checked once may turn it off.
+        partials: (out_partial, lse_partial) float32 buffers of shapes (batch, q_heads,
+            num_splits, d) and (batch, q_heads, num_splits) to reuse (default: new ones).
+
+    Returns:
+        out: (batch, q_heads, d), q's dtype (0 where seq_lens[b] = 0).
+        lse: (batch, q_heads) float32, natural log (-inf where seq_lens[b] = 0).
+    """
+    batch, q_heads, kv_heads, d, _, page_size, max_pages = check_decode_inputs(
+        q, k_cache, v_cache, block_table, seq_lens, check_values=check_values
+    )
+    tau = float(softmax_scale_or_default(softmax_scale, d))
+    if num_splits is None:
+        num_splits = choose_num_splits(batch, kv_heads, max_pages * page_size, page_size)
+    num_splits = _positive_int(num_splits, "num_splits")
+    if num_splits > MAX_SPLITS:
+        raise ValueError(f"num_splits must be at most {MAX_SPLITS}, got {num_splits}")
+    if pages_per_tile is None:
+        pages_per_tile = max(1, DEFAULT_TUNING["tile_tokens"] // page_size)
+    pages_per_tile = _positive_int(pages_per_tile, "pages_per_tile")
+    if pages_per_tile & (pages_per_tile - 1):
+        raise ValueError(f"pages_per_tile must be a power of two, got {pages_per_tile}")
+    num_warps = _positive_int(num_warps or DEFAULT_TUNING["num_warps"], "num_warps")
+    num_stages = _positive_int(num_stages or DEFAULT_TUNING["num_stages"], "num_stages")
+
+    out = torch.empty_like(q)
+    lse = torch.empty((batch, q_heads), dtype=torch.float32, device=q.device)
+    if batch == 0:
+        return out, lse
+    if INTERPRETER and q.dtype == torch.bfloat16:  # the interpreter gets bfloat16 wrong
+        out32, lse = flash_decode(
+            q.float(), k_cache.float(), v_cache.float(), block_table, seq_lens, tau, num_splits,
+            pages_per_tile=pages_per_tile, check_values=False,
+        )  # fmt: skip
+        return out32.to(q.dtype), lse
+
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    k_cache = k_cache if k_cache.stride(-1) == 1 else k_cache.contiguous()
+    v_cache = v_cache if v_cache.stride(-1) == 1 else v_cache.contiguous()
+    block_table = block_table.to(torch.int32).contiguous()
+    seq_lens = seq_lens.to(torch.int32).contiguous()
+    shape = (batch, q_heads, num_splits)
+    if partials is None:
+        out_part = torch.empty((*shape, d), dtype=torch.float32, device=q.device)
+        lse_part = torch.empty(shape, dtype=torch.float32, device=q.device)
+    else:
+        out_part, lse_part = partials
+        if out_part.shape != (*shape, d) or lse_part.shape != shape:
+            raise ValueError(
+                f"partials must have shapes {(*shape, d)} and {shape}, got "
+                f"{tuple(out_part.shape)} and {tuple(lse_part.shape)}"
+            )
+    group = q_heads // kv_heads
+    _decode_partials_kernel[(batch * kv_heads, num_splits)](
+        q, k_cache, v_cache, block_table, seq_lens, out_part, lse_part,
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        block_table.stride(0),
+        kv_heads, num_splits, pages_per_split(max_pages, num_splits), tau * LOG2E,
+        GROUP=group, BLOCK_H=max(MIN_ROWS, triton.next_power_of_2(group)), HEAD_DIM=d,
+        BLOCK_D=max(16, triton.next_power_of_2(d)), PAGE_SIZE=page_size,
+        BLOCK_N=page_size * pages_per_tile, num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+    _decode_merge_kernel[(batch * q_heads,)](
+        out_part, lse_part, out, lse, out.stride(0), out.stride(1), q_heads, num_splits,
+        HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)),
+        BLOCK_S=max(2, triton.next_power_of_2(num_splits)), num_warps=4,
+    )  # fmt: skip
+    return out, lse
+
+
+def decode_kv_bytes(seq_lens, kv_heads: int, d: int, element_size: int) -> int:
+    """Bytes of K and V a decode step reads once per KV head: 2 * sum_b seq_lens[b] * kv_heads
+    * d * element_size (GQA: the query heads of a group share one read)."""
+    total = int(torch.as_tensor(seq_lens).sum()) if not isinstance(seq_lens, int) else seq_lens
+    return 2 * total * kv_heads * d * element_size

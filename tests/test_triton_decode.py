@@ -1,0 +1,203 @@
+"""The course's flash-decoding kernel (course_utils.triton_attention.decode) against NumPy.
+
+Paged caches with the pages of each sequence shuffled among garbage pages, ragged lengths (0, 1,
+page-aligned and not), splits past a sequence's end, grouped-query attention, float16 and float32
+(bfloat16 on a GPU), compared with naive float64 attention over each sequence's tokens and with
+course_utils.split_kv_decode. Without a GPU the kernels run in Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import course_utils as cu
+import course_utils.triton_attention as ta
+from course_utils.checks.flash_decoding import DecodeCase, decode_inputs
+from course_utils.triton_attention.decode import (
+    MAX_SPLITS,
+    NOMINAL_SMS,
+    choose_num_splits,
+    flash_decode,
+)
+
+DEVICE = "cpu" if ta.INTERPRETER else "cuda"
+
+
+def _naive(q, k, v, table, lens, scale=None):
+    """float64 out (batch, q_heads, d), lse (batch, q_heads): attention over each sequence."""
+    batch, q_heads, d = q.shape
+    page, kv_heads = k.shape[1], k.shape[2]
+    group = q_heads // kv_heads
+    out, lse = np.zeros((batch, q_heads, d)), np.full((batch, q_heads), -np.inf)
+    for b in range(batch):
+        toks = np.arange(int(lens[b]))
+        phys = table[b, toks // page]
+        for h in range(q_heads):
+            keys = k[phys, toks % page, h // group]
+            values = v[phys, toks % page, h // group]
+            o, l = cu.attention_reference(q[b, h][None], keys, values, False, scale)
+            out[b, h], lse[b, h] = o[0], l[0]
+    return out, lse
+
+
+def _run(case: DecodeCase, num_splits=None, **kw):
+    tensors, (q, k, v, table, lens) = decode_inputs(case)
+    tensors = [t.to(DEVICE) for t in tensors]
+    out, lse = flash_decode(*tensors, num_splits=num_splits, **kw)
+    assert out.dtype == tensors[0].dtype and lse.dtype == torch.float32
+    assert out.shape == tensors[0].shape and lse.shape == tensors[0].shape[:2]
+    return out.double().cpu().numpy(), lse.double().cpu().numpy(), _naive(q, k, v, table, lens)
+
+
+def _tol(dtype: str) -> float:
+    if dtype == "float32":
+        return 1e-5 if ta.INTERPRETER else 5e-3  # tf32 tensor cores on a GPU
+    return 3e-3 if dtype == "float16" else 2e-2
+
+
+def _assert_close(out, lse, ref, tol):
+    out64, lse64 = ref
+    assert np.isfinite(out).all(), "out has NaN or inf"
+    np.testing.assert_array_equal(np.isinf(lse), np.isinf(lse64))
+    assert (lse[np.isinf(lse64)] < 0).all()
+    assert (out[np.isinf(lse64)] == 0).all(), "a sequence of length 0 must give out = 0"
+    err = np.linalg.norm(out - out64) / max(np.linalg.norm(out64), 1e-30)
+    assert err < tol, err
+    fin = np.isfinite(lse64)
+    np.testing.assert_allclose(lse[fin], lse64[fin], rtol=tol, atol=tol)
+
+
+GRID = [
+    # q_heads, kv_heads, d, page, lens, num_splits
+    (1, 1, 16, 16, (1,), 1),
+    (4, 4, 32, 16, (1, 16, 17, 0), 3),  # MHA, page-aligned and not, length 0
+    (8, 2, 32, 16, (100, 37), 4),  # GQA 4
+    (6, 2, 24, 32, (70,), 2),  # GQA 3 (padded to 16 rows), d not a power of two
+    (8, 1, 64, 16, (200, 3, 64), 8),  # MQA, splits past the short sequences' ends
+    (2, 1, 16, 64, (129,), 1),
+    (4, 2, 16, 16, (0, 0), 2),  # every sequence empty
+    (4, 2, 16, 16, (50,), None),  # num_splits chosen by the model
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("params", GRID)
+def test_matches_naive_attention(params, dtype):
+    q_heads, kv_heads, d, page, lens, splits = params
+    case = DecodeCase("grid", q_heads, kv_heads, d, page, lens, splits or 1, dtype, seed=len(lens))
+    out, lse, ref = _run(case, splits)
+    _assert_close(out, lse, ref, _tol(dtype))
+
+
+@pytest.mark.parametrize("pages_per_tile", [1, 2, 4])
+def test_several_pages_per_tile(pages_per_tile):
+    case = DecodeCase("tiles", 4, 2, 32, 16, (75, 16, 1), 2, seed=5)
+    out, lse, ref = _run(case, 2, pages_per_tile=pages_per_tile)
+    _assert_close(out, lse, ref, _tol("float32"))
+
+
+def test_bfloat16():
+    case = DecodeCase("bf16", 8, 2, 64, 16, (90, 33), 3, "bfloat16", seed=6)
+    out, lse, ref = _run(case, 3)
+    _assert_close(out, lse, ref, 2e-2)
+
+
+def test_large_scores_stay_finite():
+    case = DecodeCase("big", 4, 2, 16, 16, (60,), 3, seed=7, q_scale=100.0)
+    out, lse, ref = _run(case, 3)
+    _assert_close(out, lse, ref, _tol("float32"))
+
+
+def test_agrees_with_numpy_split_kv_decode():
+    """One contiguous sequence: the kernel, course_utils.split_kv_decode and naive agree."""
+    case = DecodeCase("numpy", 1, 1, 16, 16, (47,), 3, seed=8)
+    tensors, (q, k, v, table, lens) = decode_inputs(case)
+    keys = k[table[0, np.arange(47) // 16], np.arange(47) % 16, 0]
+    values = v[table[0, np.arange(47) // 16], np.arange(47) % 16, 0]
+    o_np, lse_np = cu.split_kv_decode(q[0, 0], keys, values, 3)
+    out, lse = flash_decode(*[t.to(DEVICE) for t in tensors], num_splits=3)
+    np.testing.assert_allclose(out[0, 0].double().cpu().numpy(), o_np, atol=1e-5)
+    assert math.isclose(float(lse[0, 0]), float(lse_np), rel_tol=1e-5)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    lens=st.lists(st.integers(0, 70), min_size=1, max_size=3),
+    group=st.sampled_from([1, 2, 4]),
+    splits=st.integers(1, 6),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_any_split_gives_the_same_answer(lens, group, splits, seed):
+    case = DecodeCase("hyp", 2 * group, 2, 16, 16, tuple(lens), splits, seed=seed)
+    out, lse, ref = _run(case, splits)
+    _assert_close(out, lse, ref, _tol("float32"))
+
+
+def _inputs(batch=2, q_heads=4, kv_heads=2, d=16, page=16, num_pages=6, max_pages=3):
+    q = torch.randn(batch, q_heads, d, device=DEVICE)
+    k = torch.randn(num_pages, page, kv_heads, d, device=DEVICE)
+    table = torch.zeros(batch, max_pages, dtype=torch.int32, device=DEVICE)
+    lens = torch.full((batch,), 20, dtype=torch.int32, device=DEVICE)
+    return q, k, k.clone(), table, lens
+
+
+@pytest.mark.parametrize(
+    "edit, error, match",
+    [
+        (lambda a: (a[0][0], *a[1:]), ValueError, r"q must have shape \(batch, q_heads, d\)"),
+        (lambda a: (a[0], a[1][0], *a[2:]), ValueError, "k_cache must have shape"),
+        (
+            lambda a: (a[0][:, :3], *a[1:]),
+            ValueError,
+            "q_heads = q.shape.1. = 3 must be a multiple",
+        ),
+        (lambda a: (a[0].double(), *a[1:]), TypeError, "q must be float16, bfloat16 or float32"),
+        (lambda a: (a[0].half(), *a[1:]), TypeError, "share one dtype"),
+        (lambda a: (*a[:3], a[3].float(), a[4]), TypeError, "block_table must be an int32"),
+        (lambda a: (*a[:3], a[3][:1], a[4]), ValueError, "one row per sequence"),
+        (lambda a: (*a[:3], a[3] + 6, a[4]), ValueError, r"block_table\[0, 0\] = 6"),
+        (lambda a: (*a[:4], a[4] + 100), ValueError, r"seq_lens\[0\] = 120 must be in 0..48"),
+        (lambda a: (*a[:4], a[4] - 21), ValueError, r"seq_lens\[0\] = -1"),
+        (lambda a: (*a[:4], a[4][None]), ValueError, r"seq_lens must have shape \(batch,\)"),
+        (lambda a: (*a[:2], a[2][:, :, :1], *a[3:]), ValueError, "one shape"),
+    ],
+)
+def test_bad_input_names_the_argument(edit, error, match):
+    with pytest.raises(error, match=match):
+        flash_decode(*edit(_inputs()))
+
+
+def test_bad_page_size_and_splits():
+    q, k, v, table, lens = _inputs(page=8)
+    with pytest.raises(ValueError, match="page_size"):
+        flash_decode(q, k, v, table, lens)
+    q, k, v, table, lens = _inputs()
+    with pytest.raises(ValueError, match="num_splits"):
+        flash_decode(q, k, v, table, lens, num_splits=0)
+    with pytest.raises(ValueError, match="num_splits"):
+        flash_decode(q, k, v, table, lens, num_splits=MAX_SPLITS + 1)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        flash_decode(q, k, v, table, lens, softmax_scale=-1.0)
+
+
+def test_choose_num_splits_follows_the_sm_fill_model():
+    # batch 1, 8 KV heads, 64k tokens: two programs per SM -> ceil(2 * 132 / 8) = 33 splits
+    assert choose_num_splits(1, 8, 65536, 16, sms=132) == 33
+    # a full grid without splitting: one split
+    assert choose_num_splits(64, 8, 65536, 16, sms=132) == 1
+    # short caches: chunks of at least 256 tokens
+    assert choose_num_splits(1, 8, 1024, 16, sms=132) == 4
+    assert choose_num_splits(1, 1, 0, 16, sms=132) == 1
+    assert 1 <= choose_num_splits(1, 1, 10**7, 16) <= MAX_SPLITS
+    if ta.INTERPRETER:
+        assert choose_num_splits(1, 8, 65536, 16) == choose_num_splits(
+            1, 8, 65536, 16, sms=NOMINAL_SMS
+        )
+    with pytest.raises(ValueError, match="kv_heads"):
+        choose_num_splits(1, 0, 100)
