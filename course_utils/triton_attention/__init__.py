@@ -25,7 +25,11 @@ import torch
 INTERPRETER = not torch.cuda.is_available()
 """True when Triton's kernels run in the interpreter (no CUDA GPU on this machine)."""
 
-if INTERPRETER and os.environ.get("TRITON_INTERPRET") != "1":
+COMPILE_ONLY = os.environ.get("COURSE_TRITON_COMPILE_ONLY") == "1"
+"""Set by `targets.compile_for` in the child process it compiles in: there the kernels are only
+compiled for a named GPU, never launched, so the interpreter stays off even without a GPU."""
+
+if INTERPRETER and not COMPILE_ONLY and os.environ.get("TRITON_INTERPRET") != "1":
     if "triton" in sys.modules:
         # Too late: triton.language defines some of its own functions (tl.max, tl.sum, ...) as
         # compiled kernels at import, and the interpreter cannot call those.
