@@ -199,14 +199,19 @@ class TileConfig:
         return iter((self.BLOCK_M, self.BLOCK_N, self.num_warps, self.num_stages))
 
 
-# Tiles for chips without tensor cores in Triton (sm_75), (BLOCK_M, BLOCK_N, num_warps), chosen by
-# compiling for sm_75 on a CPU machine (tests/test_triton_targets.py prints the table): the largest
-# tiles whose fp32 FMA products leave the registers unspilled, one stage.
+# Tiles for chips without tensor cores in Triton (sm_75), (BLOCK_M, BLOCK_N, num_warps), by the
+# padded head dimension BLOCK_D, chosen by compiling candidates for sm_75 on a CPU machine: the
+# largest tiles whose fp32 FMA products leave the registers unspilled (with 255 registers per
+# thread at most, most candidates spill: e.g. the forward's 64 x 64 tile at d = 64 spills 3.4 KB
+# per thread), one stage. tests/test_triton_targets.py compiles every entry and prints the table.
 SM75_TILES = {
-    "fwd": {16: (64, 64, 4), 32: (64, 64, 4), 64: (64, 32, 4), 128: (64, 32, 8), 256: (32, 16, 8)},
-    "dkdv": {16: (32, 64, 4), 32: (32, 64, 4), 64: (32, 64, 8), 128: (16, 32, 8), 256: (16, 16, 8)},
-    "dq": {16: (64, 32, 4), 32: (64, 32, 4), 64: (64, 32, 8), 128: (32, 16, 8), 256: (16, 16, 8)},
+    "fwd": {16: (64, 32, 8), 32: (64, 32, 8), 64: (64, 32, 8), 128: (64, 16, 8)},
+    "dkdv": {16: (32, 64, 8), 32: (16, 32, 8), 64: (16, 32, 8), 128: (16, 16, 8)},
+    "dq": {16: (64, 16, 8), 32: (64, 16, 8), 64: (64, 16, 8), 128: (16, 16, 8)},
 }
+SM75_MAX_HEAD_DIM = 128
+"""Below sm_80 d = 256 is refused: its smallest tiles (16 x 16) exceed 64 KiB in the backward by
+`chip_shared_budget`'s count, and no d = 256 compile for sm_75 has been checked."""
 
 
 def _block_d(d: int) -> int:
@@ -221,7 +226,7 @@ def tile_config(capability, d: int, dtype: torch.dtype, pass_: str = "fwd") -> T
 
     Args:
         capability: (major, minor), an sm number (75) or a Chip.
-        d: head dimension, 16..256.
+        d: head dimension, 16..256 (16..128 below sm_80).
         dtype: torch.float16, torch.bfloat16 or torch.float32 (bfloat16 refused below sm_80).
         pass_: "fwd", "dkdv" or "dq".
 
@@ -242,6 +247,11 @@ def tile_config(capability, d: int, dtype: torch.dtype, pass_: str = "fwd") -> T
     check_dtype_for(c, dtype)
     block_d = _block_d(d)
     if not c.pipelined:
+        if d > SM75_MAX_HEAD_DIM:
+            raise ValueError(
+                f"d must be at most {SM75_MAX_HEAD_DIM} on sm_{c.sm} ({c.name}), got {d}: "
+                "the tiles of a larger head do not fit its shared memory (see SM75_MAX_HEAD_DIM)"
+            )
         table = SM75_TILES[pass_]
         bm, bn, w = table[min(k for k in table if k >= block_d)]
         return TileConfig(bm, bn, w, 1)  # float32 too: the FMA products are fp32 in any dtype
@@ -260,9 +270,23 @@ def tile_config(capability, d: int, dtype: torch.dtype, pass_: str = "fwd") -> T
     fits = [cfg for cfg in family if shared(cfg) <= c.shared_optin]
     if fits:
         return TileConfig(*fits[0][:4])
-    bm, bn, w, s = min(family, key=lambda f: (f[0] * f[1], f[3]))[:4]  # the smallest tiles,
-    while s > 1 and shared((bm, bn, w, s)) > c.shared_optin:  # one stage fewer at a time
-        s -= 1
+    # None fits (a chip with less shared memory than Hopper): from the smallest tiles of the
+    # family, one stage fewer, then the streamed tile halved, then the resident one, down to 16.
+    bm, bn, w, s = min(family, key=lambda f: (f[0] * f[1], f[3]))[:4]
+    streamed_is_m = pass_ == "dkdv"
+    while shared((bm, bn, w, s)) > c.shared_optin:
+        streamed, resident = (bm, bn) if streamed_is_m else (bn, bm)
+        if s > 1:
+            s -= 1
+        elif streamed > 16:
+            streamed //= 2
+        elif resident > 16:
+            resident //= 2
+        else:
+            raise ValueError(
+                f"d = {d} in {dtype} does not fit sm_{c.sm} ({c.name}) even in 16 x 16"
+            )
+        bm, bn = (streamed, resident) if streamed_is_m else (resident, streamed)
     return TileConfig(bm, bn, w, s)
 
 
@@ -357,14 +381,6 @@ def _make_source(kernel, signature: dict, constexprs: dict, divisible: tuple, ba
     from triton.compiler import ASTSource
 
     names = list(kernel.arg_names)
-    unknown = (set(signature) | set(constexprs)) - set(names)
-    if unknown:
-        raise ValueError(
-            f"signature/constexprs: {kernel.__name__} has no argument {sorted(unknown)}"
-        )
-    missing = [n for n in names if n not in signature and n not in constexprs]
-    if missing:
-        raise ValueError(f"signature: give a type for every argument, missing {missing}")
     full = {n: ("constexpr" if n in constexprs else signature[n]) for n in names}
     consts = {(names.index(n),): v for n, v in constexprs.items()}
     attrs = {(names.index(n),): backend.parse_attr("D") for n in divisible}
@@ -404,6 +420,13 @@ def _job(kernel, signature, constexprs, target, num_warps, num_stages, maxnreg, 
     while hasattr(fn, "fn"):  # Autotuner -> JITFunction / InterpretedFunction -> function
         fn = fn.fn
     module, name = fn.__module__, fn.__name__
+    names = list(inspect.signature(fn).parameters)
+    unknown = (set(signature) | set(constexprs)) - set(names)
+    if unknown:
+        raise ValueError(f"signature/constexprs: {name} has no argument {sorted(unknown)}")
+    missing = [n for n in names if n not in signature and n not in constexprs]
+    if missing:
+        raise ValueError(f"signature: give a type for every argument of {name}, missing {missing}")
     for arg, t in signature.items():
         if isinstance(t, torch.dtype):
             raise TypeError(f"signature[{arg!r}]: give Triton's type string, e.g. '*fp16'")
