@@ -51,6 +51,7 @@ import sys
 import tempfile
 import warnings
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -140,7 +141,13 @@ PASSES = ("fwd", "dkdv", "dq")
 
 
 def shared_budget(
-    pass_: str, block_m: int, block_n: int, block_d: int, itemsize: int, num_stages: int = 1
+    pass_: str,
+    block_m: int,
+    block_n: int,
+    block_d: int,
+    itemsize: int,
+    num_stages: int = 1,
+    fma: bool = False,
 ) -> TileBudget:
     """Shared memory of one program of `pass_`, as the kernels' autotune pruners count it.
 
@@ -148,7 +155,8 @@ def shared_budget(
     resident tiles, the two streamed tiles once per stage, and one score-sized tile (P or dS staged
     for a product). It is the model the pruners of forward.py and backward.py use on every GPU
     (input dtype, num_stages deep). Registers are not counted: accumulators and scores live there.
-    `chip_shared_budget` applies it to one chip.
+    fma=True (below sm_80, where tl.dot runs on FMA) adds the forward's P tile, which that path
+    also stages. `chip_shared_budget` applies the model to one chip.
     """
     if pass_ not in PASSES:
         raise ValueError(f"pass_ must be one of {PASSES}, got {pass_!r}")
@@ -158,6 +166,8 @@ def shared_budget(
             Part("q", bm * block_d, itemsize),
             Part("k and v", 2 * st * bn * block_d, itemsize),
         )
+        if fma:
+            parts += (Part("P", bm * bn, itemsize),)
     else:
         resident, streamed = (bn, bm) if pass_ == "dkdv" else (bm, bn)
         names = ("k and v", "q and dO") if pass_ == "dkdv" else ("q and dO", "k and v")
@@ -177,26 +187,22 @@ def chip_shared_budget(
 
     From sm_80 on: the input dtype, num_stages deep. Below sm_80 Triton lowers tl.dot to FMA and
     stages the products' operands in shared memory as fp32, without pipelining: 4 bytes per
-    element and one stage. tests/test_triton_targets.py checks that this bounds the shared bytes
-    Triton's compiler reports for every config `tile_config` picks for sm_75.
+    element, one stage, and the forward's P tile too. tests/test_triton_targets.py checks that
+    this bounds the shared bytes Triton's compiler reports for every sm_75 pick of `tile_config`.
     """
     c = chip(capability)
     if c.pipelined:
         return shared_budget(pass_, block_m, block_n, _block_d(d), dtype.itemsize, num_stages)
-    return shared_budget(pass_, block_m, block_n, _block_d(d), 4, 1)
+    return shared_budget(pass_, block_m, block_n, _block_d(d), 4, 1, fma=True)
 
 
-@dataclass(frozen=True)
-class TileConfig:
-    """A launch configuration: (BLOCK_M, BLOCK_N, num_warps, num_stages) unpacks from it."""
+class TileConfig(NamedTuple):
+    """A launch configuration: a tuple (BLOCK_M, BLOCK_N, num_warps, num_stages)."""
 
     BLOCK_M: int
     BLOCK_N: int
     num_warps: int
     num_stages: int
-
-    def __iter__(self):
-        return iter((self.BLOCK_M, self.BLOCK_N, self.num_warps, self.num_stages))
 
 
 # Tiles for chips without tensor cores in Triton (sm_75), (BLOCK_M, BLOCK_N, num_warps), by the
@@ -207,7 +213,7 @@ class TileConfig:
 SM75_TILES = {
     "fwd": {16: (64, 32, 8), 32: (64, 32, 8), 64: (64, 32, 8), 128: (64, 16, 8)},
     "dkdv": {16: (32, 64, 8), 32: (16, 32, 8), 64: (16, 32, 8), 128: (16, 16, 8)},
-    "dq": {16: (64, 16, 8), 32: (64, 16, 8), 64: (64, 16, 8), 128: (16, 16, 8)},
+    "dq": {16: (64, 16, 8), 32: (32, 16, 4), 64: (64, 16, 8), 128: (16, 16, 8)},
 }
 SM75_MAX_HEAD_DIM = 128
 """Below sm_80 d = 256 is refused: its smallest tiles (16 x 16) exceed 64 KiB in the backward by
