@@ -3,6 +3,7 @@
     forward     flash_attention_fwd: the FlashAttention-2 forward kernel (notebook 06)
     backward    flash_attention_bwd: the backward kernels, P recomputed from lse (dK/dV, then dQ)
     autograd    flash_attention: forward and backward as one differentiable torch function
+    targets     compile for a GPU that is not there (sm_75, sm_80, sm_90); pick_dtype, tile_config
 
 Importing this subpackage on a machine without a CUDA GPU turns on Triton's interpreter
 (TRITON_INTERPRET=1), which runs every kernel in NumPy on CPU tensors: slow, but the same code and
