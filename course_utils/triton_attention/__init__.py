@@ -4,6 +4,7 @@
     backward    flash_attention_bwd: the backward kernels, P recomputed from lse (dK/dV, then dQ)
     autograd    flash_attention: forward and backward as one differentiable torch function
     decode      flash_decode: split-KV decoding over a paged KV cache, GQA (notebook 09)
+    targets     compile for a GPU that is not there (sm_75, sm_80, sm_90); pick_dtype, tile_config
 
 Importing this subpackage on a machine without a CUDA GPU turns on Triton's interpreter
 (TRITON_INTERPRET=1), which runs every kernel in NumPy on CPU tensors: slow, but the same code and
@@ -26,7 +27,11 @@ import torch
 INTERPRETER = not torch.cuda.is_available()
 """True when Triton's kernels run in the interpreter (no CUDA GPU on this machine)."""
 
-if INTERPRETER and os.environ.get("TRITON_INTERPRET") != "1":
+COMPILE_ONLY = os.environ.get("COURSE_TRITON_COMPILE_ONLY") == "1"
+"""Set by `targets.compile_for` in the child process it compiles in: there the kernels are only
+compiled for a named GPU, never launched, so the interpreter stays off even without a GPU."""
+
+if INTERPRETER and not COMPILE_ONLY and os.environ.get("TRITON_INTERPRET") != "1":
     if "triton" in sys.modules:
         # Too late: triton.language defines some of its own functions (tl.max, tl.sum, ...) as
         # compiled kernels at import, and the interpreter cannot call those.

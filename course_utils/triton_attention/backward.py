@@ -42,6 +42,7 @@ import triton.language as tl
 from .._validate import softmax_scale_or_default
 from . import INTERPRETER
 from .forward import LOG2E, _check_inputs
+from .targets import check_dtype_for, tile_config
 
 
 @triton.jit
@@ -453,7 +454,8 @@ def flash_attention_bwd(
         lse: (batch, heads, seqlen_q) float32, the forward's logsumexp (natural log).
         causal, softmax_scale: as in the forward.
         dkdv_config, dq_config: triton.Configs (see `make_config`) for the two gradient kernels;
-            None autotunes on a GPU and takes the interpreter configs in the interpreter.
+            None autotunes on a GPU from sm_80 on, takes `targets.tile_config` below sm_80 (a T4)
+            and the interpreter configs in the interpreter.
 
     Returns:
         dq: (batch, heads, seqlen_q, d), dk, dv: (batch, heads, seqlen_k, d), contiguous, q's dtype.
@@ -485,6 +487,17 @@ def flash_attention_bwd(
     _attn_bwd_preprocess_kernel[grid](
         out, do, delta, n_q, HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=PREPROCESS_BLOCK_M
     )
+
+    if not INTERPRETER:
+        capability = torch.cuda.get_device_capability(q.device)
+        if capability < (8, 0):
+            # Turing (T4) and older: no bfloat16, 64 KiB of shared memory, no tensor cores in
+            # Triton. The autotuning families are sized for Hopper: fixed tiles here.
+            check_dtype_for(capability, q.dtype, name="q")
+            if dkdv_config is None:
+                dkdv_config = make_config(*tile_config(capability, d, q.dtype, "dkdv"))
+            if dq_config is None:
+                dq_config = make_config(*tile_config(capability, d, q.dtype, "dq"))
 
     constants = {"HEAD_DIM": d, "BLOCK_D": block_d, "CAUSAL": causal}
     common = (lse, delta)

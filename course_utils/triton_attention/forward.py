@@ -28,6 +28,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .._validate import softmax_scale_or_default
 from . import INTERPRETER
+from .targets import check_dtype_for, tile_config
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -405,10 +406,11 @@ def launch_flash_attention_fwd(
         out: (batch, heads, N_Q, d) tensor of q's dtype to write into, or None for a new one.
         lse: (batch, heads, N_Q) contiguous float32 tensor to write into, or None.
         config: a triton.Config (see `make_config`) to launch with; None autotunes over the
-            family of CONFIG_FAMILIES that fits on a GPU and takes INTERPRETER_CONFIG in the
-            interpreter.
+            family of CONFIG_FAMILIES that fits on a GPU from sm_80 on, takes
+            `targets.tile_config` below sm_80 (a T4) and INTERPRETER_CONFIG in the interpreter.
         tma: move tiles with tensor descriptors (True) or pointer loads (False); None picks
-            descriptors on Hopper and newer GPUs when the strides allow, pointers elsewhere.
+            descriptors on Hopper and newer GPUs when the strides allow, pointers elsewhere
+            (True below sm_90 is refused: those chips have no TMA).
 
     Returns:
         (out, lse) as in `flash_attention_fwd`.
@@ -441,11 +443,20 @@ def launch_flash_attention_fwd(
         out.copy_(out32)
         return out, lse
 
+    capability = None if INTERPRETER else torch.cuda.get_device_capability(q.device)
+    if capability is not None and capability < (8, 0):
+        # Turing (T4) and older: no bfloat16, 64 KiB of shared memory, no tensor cores in Triton.
+        check_dtype_for(capability, q.dtype, name="q")
+        if config is None:  # the autotuning families are sized for Hopper: fixed tiles here
+            config = make_config(*tile_config(capability, d, q.dtype, "fwd"))
+
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     out_buf = out if out.stride(-1) == 1 else torch.empty_like(q)
+    if tma and capability is not None and capability < (9, 0):  # the interpreter has descriptors
+        sm = f"sm_{capability[0]}{capability[1]}"
+        raise ValueError(f"tma=True needs a Hopper GPU (sm_90) or newer, this one is {sm}")
     if tma is None:
-        hopper = not INTERPRETER and torch.cuda.get_device_capability(q.device)[0] >= 9
-        tma = hopper and _tma_possible(q, k, v, out_buf)
+        tma = capability is not None and capability >= (9, 0) and _tma_possible(q, k, v, out_buf)
     elif tma and not _tma_possible(q, k, v, out_buf):
         raise ValueError(
             "tma=True needs stride(0) == heads * stride(1) and 16-byte aligned data pointers and "
