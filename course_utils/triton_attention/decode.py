@@ -154,7 +154,7 @@ def _decode_partials_kernel(
     seen = l_i > 0
     l_safe = tl.where(seen, l_i, 1.0)
     out = acc / l_safe[:, None]
-    lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * LN2, float("-inf"))  # natural log
+    lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))  # ln 2
     row = (b * (kv_heads * GROUP) + heads).to(tl.int64) * num_splits + split  # (b, h, split)
     tl.store(lse_part_ptr + row, lse, mask=h_mask)
     out_ptrs = out_part_ptr + row[:, None] * HEAD_DIM + offs_d[None, :]
