@@ -6,7 +6,8 @@ replays and private helpers, the Triton kernels) is a stub that raises Reference
 whose source is not there to read (no `inspect.getsource` then `exec`). What a learner's code may
 use stays whole: the instrumentation the grader talks to (checks._core, _wire, _remote), input
 validation, the CountingMemory of notebook 04, the KeyParts of notebook 02, the hardware facts of
-the roofline module and the Triton skeleton of notebook 06. Names stay importable, so a notebook's
+the roofline module and the Triton skeleton and the
+launchers of notebook 06's puzzles. Names stay importable, so a notebook's
 imports work and only a call into an answer fails, named `calls-reference` by the check.
 
     build(dest) -> dest/course_utils
@@ -31,6 +32,7 @@ WHOLE = {
     "checks/_remote.py",
     "triton_attention/__init__.py",
     "triton_attention/learner.py",
+    "triton_attention/puzzles.py",
     "widgets/__init__.py",
 }
 # Modules of which only these top-level names (and what they use) are kept; every other name
