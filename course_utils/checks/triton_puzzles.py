@@ -38,6 +38,7 @@ from .triton_kernel import (
     KERNEL_LSE_MISTAKES,
     KERNEL_OUT_MISTAKES,
     LOG2E,
+    _ampere_or_newer,
     _nothing_on_stderr,
     _raised_failure,
     _reference_attention,
@@ -943,6 +944,9 @@ def _forward_cases(seed, trials, on_gpu: bool) -> list[ForwardCase]:
             C(f"random case {t + 1}", stage_of[causal], batch, heads, n_q, n_k, d, causal, dtype,
               int(rng.integers(2**31)))
         )  # fmt: skip
+    if on_gpu and not _ampere_or_newer():  # a T4 (sm_75) has no bfloat16 tl.dot: float16
+        cases = [dataclasses.replace(c, dtype="float16") if c.dtype == "bfloat16" else c
+                 for c in cases]  # fmt: skip
     # the random cases join their stage: stages stay contiguous
     order = list(dict.fromkeys(c.stage for c in cases))
     return sorted(cases, key=lambda c: order.index(c.stage))
