@@ -81,10 +81,16 @@ NAMED_MISTAKES = {
     ],
     "06_triton_forward": [
         (
-            "tile_offsets",
-            "pid-not-multiplied",
-            "rows = pid_m * BLOCK_M + np.arange",
-            "rows = pid_m + np.arange",
+            "softmax_rows_kernel",
+            "missing-other",
+            'mask=mask, other=float("-inf"))',
+            "mask=mask)",
+        ),
+        (
+            "attention_fwd_kernel",
+            "base2-lse",
+            "lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453",
+            "lse = m_i + tl.math.log2(l_i)",
         ),
     ],
     "07_backward": [

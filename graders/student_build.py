@@ -6,8 +6,9 @@ replays and private helpers, the Triton kernels) is a stub that raises Reference
 whose source is not there to read (no `inspect.getsource` then `exec`). What a learner's code may
 use stays whole: the instrumentation the grader talks to (checks._core, _wire, _remote), input
 validation, the CountingMemory of notebook 04, the KeyParts of notebook 02, the hardware facts of
-the roofline module and the Triton skeletons of notebooks 06 and 09. Names stay importable, so a
-notebook's imports work and only a call into an answer fails, named `calls-reference` by the check.
+the roofline module, the Triton skeletons of notebooks 06 and 09 and the launchers of notebook
+06's puzzles. Names stay importable, so a notebook's imports work and only a call into an answer
+fails, named `calls-reference` by the check.
 
     build(dest) -> dest/course_utils
 """
@@ -32,6 +33,7 @@ WHOLE = {
     "triton_attention/__init__.py",
     "triton_attention/learner.py",
     "triton_attention/decode_learner.py",
+    "triton_attention/puzzles.py",
     "widgets/__init__.py",
 }
 # Modules of which only these top-level names (and what they use) are kept; every other name

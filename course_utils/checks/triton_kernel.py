@@ -241,6 +241,10 @@ def emulate_kernel(
     causal_mask: str = "c<=r",
     lse_form: str = "e",
     old_max: str = "none",
+    extra_scale: float = 1.0,
+    causal_hi: str = "diagonal",
+    pad_value: float = 0.0,
+    empty: str = "nan",
 ) -> tuple[np.ndarray, np.ndarray]:
     """The learner's kernel in float64 NumPy, tile by tile as the skeleton runs it, with bugs.
 
@@ -252,6 +256,14 @@ def emulate_kernel(
     "c<=r+1" or "none"; lse_form "2" (m + log2 l), "mixed" (m ln2 + log2 l), "m+ln" (m + ln l),
     "no-max" (ln l); old_max "p" (p = 2^(s - m_i), the old max) or "alpha" (alpha the wrong way
     round, 2^(m_new - m_i)): both are inf at the first tile, where m_i is -inf.
+    For a kernel the learner writes whole (notebook 06's last exercise), also: extra_scale (the
+    scores multiplied once more, by log2(e) or by softmax_scale: the scale folded twice);
+    ragged_mask "off-by-one" (key seqlen_k, loaded as zeros, stays visible); causal_hi
+    "block-short" (the loop stops at the query tile's first row: the diagonal block skipped) or
+    "tile-short" (one BLOCK_N tile before the diagonal block's end); pad_value (what the kernel
+    loads past the last key when ragged_mask is False: 0 for masked loads with other=0);
+    empty "zero" (a row that saw no key gets out = 0 and lse = -inf, as a guarded kernel gives;
+    "nan" is 0 / 0).
 
     Args:
         q: (B, H, Nq, d) float64.  k, v: (B, H, Nk, d).  causal, softmax_scale: the launch's.
@@ -262,10 +274,12 @@ def emulate_kernel(
     """
     B, H, Nq, d = q.shape
     Nk = k.shape[2]
-    qk_scale = softmax_scale * LOG2E if scaled else 1.0
-    padded = -(-Nk // block_n) * block_n
-    kp = np.zeros((B, H, padded, d))
-    vp = np.zeros((B, H, padded, d))
+    qk_scale = (softmax_scale * LOG2E if scaled else 1.0) * extra_scale
+    padded = -(-Nk // block_n) * block_n + block_n
+    kp = np.full((B, H, padded, d), float(pad_value))
+    vp = np.full((B, H, padded, d), float(pad_value))
+    if ragged_mask == "off-by-one":  # the extra key is loaded with the right mask: zeros
+        kp[:, :, Nk:], vp[:, :, Nk:] = 0.0, 0.0
     kp[:, :, :Nk], vp[:, :, :Nk] = k, v  # the skeleton loads zeros past the last key
     out = np.empty((B, H, Nq, d))
     lse = np.empty((B, H, Nq))
@@ -278,11 +292,17 @@ def emulate_kernel(
             acc = np.zeros((B, H, len(rows), d))
             tiles = 0
             hi = min(i0 + block_m, Nk) if causal else Nk
+            if causal and causal_hi == "block-short":
+                hi = min(i0, Nk)
+            elif causal and causal_hi == "tile-short":
+                hi = min(i0 + block_m - block_n, Nk)
             for j0 in range(0, hi, block_n):
                 cols = np.arange(j0, j0 + block_n)
                 s = (q_i @ kp[:, :, cols].swapaxes(-1, -2)) * qk_scale
                 visible = np.ones((len(rows), block_n), dtype=bool)
-                if ragged_mask:
+                if ragged_mask == "off-by-one":
+                    visible &= cols[None, :] <= Nk
+                elif ragged_mask:
                     visible &= cols[None, :] < Nk
                 if causal:
                     visible &= {
@@ -310,6 +330,8 @@ def emulate_kernel(
                 o = acc / l[..., None] if divide else acc
             else:
                 o = acc / tiles if combine == "normalize-average" else acc
+            if empty == "zero":  # rows that saw no key: out 0, and lse -inf below
+                o = np.where((l == 0)[..., None], 0.0, o)
             out[:, :, rows] = o
             lse[:, :, rows] = {
                 "e": (m + np.log2(l)) * LN2,

@@ -1,0 +1,1210 @@
+"""Checks for notebook 06's Triton exercises: four puzzles, then the whole forward kernel.
+
+    check_scale_tile(kernel)         puzzle 1: y = alpha * x on a ragged 2-D matrix, masked tiles
+    check_softmax_rows(kernel)       puzzle 2: a numerically stable softmax, one program per row
+    check_matmul(kernel)             puzzle 3: c = a @ b, float16 in, float32 accumulated, ragged
+    check_row_block(kernel)          puzzle 4: one query tile's online softmax over K/V tiles
+    check_attention_fwd(fn)          the learner's kernel and launcher attention_fwd(q, k, v,
+                                     causal=False, softmax_scale=None) -> (out, lse)
+
+Each check launches the learner's kernel through a runner of course_utils.triton_attention.
+puzzles (in the notebook's kernel when a submission is graded; only tensors travel back) on
+fresh inputs, ragged ones included, and compares with a reference. The puzzles' inputs sit in
+larger buffers whose spare cells hold a known number and whose output starts as NaN, so a write
+outside the matrix shows, and a read outside it has a known value: a mistake is named only when
+its emulation, the learner's kernel with that one bug replayed in NumPy, gives the learner's
+output. The forward check runs in stages (one tile, ragged N, a strided layout, N_q != N_k,
+causal, the causal loop's bound, head dims, dtypes, no keys) and names the first failing stage.
+
+Causal attention here is the course's: query i sees keys 0..i, and causal needs N_q == N_k (the
+references of course_utils and the course's kernels refuse the rest).
+
+Without a GPU the kernels run in Triton's interpreter on small float32 (and float16) inputs;
+on a GPU they are compiled and the forward check uses float16 and bfloat16.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._core import CheckFailure, Mistake, _LearnerRaised, call_learner, describe
+from .triton_kernel import (
+    KERNEL_LSE_MISTAKES,
+    KERNEL_OUT_MISTAKES,
+    LOG2E,
+    _ampere_or_newer,
+    _nothing_on_stderr,
+    _raised_failure,
+    _reference_attention,
+    emulate_kernel,
+)
+
+__all__ = [
+    "FORWARD_MISTAKES",
+    "MATMUL_MISTAKES",
+    "ROW_BLOCK_MISTAKES",
+    "SCALE_TILE_MISTAKES",
+    "SOFTMAX_ROWS_MISTAKES",
+    "check_attention_fwd",
+    "check_matmul",
+    "check_row_block",
+    "check_scale_tile",
+    "check_softmax_rows",
+]
+
+DOT_DTYPE = Mistake(
+    "dot-dtype-mismatch",
+    "tl.dot gets a float32 p and a float16 (or bfloat16) v",
+    "tl.dot needs two operands of one dtype. p is float32 (it comes from exp2 of float32 "
+    "scores) and v has the input's dtype: cast p first, tl.dot(p.to(v.dtype), v). The "
+    "accumulator stays float32.",
+    None,
+)
+LOADS_ABOVE_DIAGONAL = Mistake(
+    "loads-above-diagonal",
+    "the causal loop loads K/V tiles past the query tile's diagonal block",
+    "A causal query tile with rows i0 .. i0 + BLOCK_M - 1 needs keys 0 .. i0 + BLOCK_M - 1 only; "
+    "a tile of keys past that is masked to p = 0 everywhere, so loading it costs memory traffic "
+    "and time for nothing (half the work at long N). Stop the loop at "
+    "min((pid_m + 1) * BLOCK_M, seqlen_k). This case filled the keys and values past that bound "
+    "with NaN: p = 0 times NaN is NaN in tl.dot, so a load there shows in the output.",
+    None,
+)
+
+
+def _on_gpu() -> bool:
+    from ..triton_attention import INTERPRETER
+
+    return not INTERPRETER
+
+
+def _learner_fn(fn, run):
+    """run with the learner's fn bound as first argument, wherever fn lives."""
+    if hasattr(fn, "bound_into"):  # a grader's handle on the notebook kernel's function
+        return fn.bound_into(f"{run.__module__}:{run.__name__}")
+    return functools.partial(run, fn)
+
+
+def _launch(name, fn, run, *args):
+    """call_learner on the runner; the learner's errors become CheckFailures."""
+    runner = _learner_fn(fn, run)
+    try:
+        return call_learner(runner, *args, name=name, allow=(run.__name__, "partial"))
+    except NotImplementedError:
+        raise
+    except _LearnerRaised as err:
+        if isinstance(err.exc, TypeError) and "@triton.jit" in str(err.exc):
+            raise CheckFailure(f"✗ {name}: {err.exc}") from None
+        raise _LearnerRaised(err.exc) from None
+
+
+def _as_numpy(t) -> np.ndarray:
+    return t.double().cpu().numpy()
+
+
+def _same(yours: np.ndarray, theirs: np.ndarray, tol: float) -> bool:
+    """yours matches an emulation: NaN and infinities in the same places, the rest within tol
+    (relative, in norm)."""
+    if yours.shape != theirs.shape:
+        return False
+    special_y, special_t = ~np.isfinite(yours), ~np.isfinite(theirs)
+    if (special_y != special_t).any():
+        return False
+    if not np.array_equal(yours[special_y], theirs[special_t], equal_nan=True):
+        return False
+    y, t = yours[~special_y], theirs[~special_t]
+    if y.size == 0:
+        return True
+    return float(np.linalg.norm(y - t)) <= tol * max(float(np.linalg.norm(t)), 1e-30)
+
+
+def _error(yours: np.ndarray, expected: np.ndarray) -> float:
+    """Relative error in norm; inf when the shapes differ, when yours has a NaN, or when the
+    infinities (and the NaN a buffer keeps where nothing is written) are not in the same places."""
+    if yours.shape != expected.shape:
+        return math.inf
+    special_y, special_e = ~np.isfinite(yours), ~np.isfinite(expected)
+    if (special_y != special_e).any():
+        return math.inf
+    if not np.array_equal(yours[special_y], expected[special_e], equal_nan=True):
+        return math.inf
+    y, e = yours[~special_y], expected[~special_e]
+    if y.size == 0:
+        return 0.0
+    return float(np.linalg.norm(y - e) / max(np.linalg.norm(e), 1e-30))
+
+
+def _worst_cell(yours: np.ndarray, expected: np.ndarray) -> tuple[int, ...]:
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(yours - expected)
+    both_nan = np.isnan(yours) & np.isnan(expected)
+    same_inf = np.isinf(yours) & (yours == expected)
+    diff = np.where(both_nan | same_inf, 0.0, np.where(np.isnan(diff), np.inf, diff))
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+
+
+# ---- the puzzles' common machinery --------------------------------------------------------------
+@dataclass(frozen=True)
+class PuzzleCase:
+    """One launch of a puzzle: what it is, its stage, its inputs and what it exercises."""
+
+    label: str
+    stage: str
+    params: dict
+    focus: str
+
+
+@dataclass(frozen=True)
+class Puzzle:
+    """A puzzle: how to make a case's inputs, launch, compute the expected output buffer, and
+    the mistakes (each an emulation of the buffer the kernel with that bug writes)."""
+
+    name: str
+    run: Callable  # the runner of course_utils.triton_attention.puzzles
+    inputs: Callable  # (case, torch, device) -> (runner args after the kernel, numpy inputs)
+    expected: Callable  # (case, numpy inputs) -> the expected output buffer
+    mistakes: list  # Mistakes whose fn(case, numpy inputs) gives the buggy buffer
+    tolerance: Callable  # (case, on_gpu) -> (tolerance, match tolerance)
+    where: str  # how the buffer is described in a failure ("y_buf[r, c]")
+    summary: str
+
+
+def _stage_line(name: str, stages: list[str], failed: str) -> str:
+    k = stages.index(failed)
+    passed = "; ".join(f"stage {i + 1} ({s}) passes" for i, s in enumerate(stages[:k]))
+    line = f"✗ {name}: stage {k + 1} of {len(stages)} ({failed}) fails"
+    return line + (f"; {passed}." if passed else ".")
+
+
+def _run_puzzle(puzzle: Puzzle, kernel, cases: list[PuzzleCase]) -> int:
+    import torch
+
+    on_gpu = _on_gpu()
+    device = "cuda" if on_gpu else "cpu"
+    stages = list(dict.fromkeys(c.stage for c in cases))
+    for case in cases:
+        args, arrays = puzzle.inputs(case, torch, device)
+        try:
+            got = _launch(puzzle.name, kernel, puzzle.run, *args)
+        except _LearnerRaised as err:
+            failure = _raised_failure(puzzle.name, _Described(case), err.exc)
+            raise CheckFailure(
+                _stage_line(puzzle.name, stages, case.stage)
+                + "\n"
+                + str(failure)
+                + _dtype_hint(err.exc)
+            ) from None
+        yours = _as_numpy(got)
+        expected = puzzle.expected(case, arrays)
+        tol, match_tol = puzzle.tolerance(case, on_gpu)
+        err = _error(yours, expected)
+        if err <= tol:
+            continue
+        mistake = None
+        for m in puzzle.mistakes:
+            theirs = m.fn(case, arrays)
+            if _error(theirs, expected) <= tol:  # harmless here: cannot be what went wrong
+                continue
+            if _same(yours, theirs, match_tol):
+                mistake = m
+                break
+        raise CheckFailure(
+            _stage_line(puzzle.name, stages, case.stage)
+            + "\n"
+            + _puzzle_failure(puzzle, case, yours, expected, err, tol, mistake)
+        )
+    return len(cases)
+
+
+class _Described:
+    """What _raised_failure needs of a case: a label and a describe()."""
+
+    def __init__(self, case):
+        self.label = case.label
+        self._case = case
+
+    def describe(self) -> str:
+        return ", ".join(f"{k} = {v}" for k, v in self._case.params.items() if k != "seed")
+
+
+def _dtype_hint(exc) -> str:
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        chain.append(str(exc))
+        exc = exc.__cause__
+    if any("same dtype" in text for text in chain):
+        return (
+            f"\n  likely mistake: {DOT_DTYPE.title} [misconception: {DOT_DTYPE.slug}]\n"
+            f"  {DOT_DTYPE.explanation}"
+        )
+    return ""
+
+
+def _puzzle_failure(puzzle, case, yours, expected, err, tol, mistake) -> str:
+    at = _worst_cell(yours, expected)
+    where = puzzle.where.format(*at)
+    inside = np.isfinite(expected[at])
+    err_text = "NaN, inf or a write outside the matrix" if not math.isfinite(err) else f"{err:.2e}"
+    lines = [
+        f"  case: {case.label}",
+        f"  input: {_Described(case).describe()}",
+        f"  relative error: {err_text} (tolerance {tol:.0e}); the worst cell is {where}"
+        + ("" if inside else ", outside the matrix (the output buffer starts as NaN there)"),
+        f"  yours:    {describe(yours[at], 6)}",
+        f"  expected: {describe(expected[at], 6)}",
+    ]
+    if mistake is not None:
+        lines.append(f"  likely mistake: {mistake.title} [misconception: {mistake.slug}]")
+        lines.append(f"  {mistake.explanation}")
+    else:
+        written_outside = np.isnan(expected) & ~np.isnan(yours)
+        if written_outside.any():
+            lines.append(
+                f"  note: your kernel wrote {int(written_outside.sum())} cells outside the matrix."
+            )
+        elif np.isnan(yours[np.isfinite(expected)]).any():
+            lines.append("  note: some cells of the matrix were never written, or hold NaN.")
+        lines.append(f"  No known mistake matches; this case exercises {case.focus}.")
+    return "\n".join(lines)
+
+
+def _passed(puzzle: Puzzle, launches: int, stages: list[str]) -> None:
+    where = "compiled on the GPU" if _on_gpu() else "in the interpreter"
+    print(f"✓ {puzzle.name}: {launches} launches match ({where}; {puzzle.summary})")
+
+
+def _check(puzzle: Puzzle, kernel, cases) -> None:
+    with _nothing_on_stderr():
+        launches = _run_puzzle(puzzle, kernel, cases)
+    _passed(puzzle, launches, [c.stage for c in cases])
+
+
+# ---- puzzle 1: scale a ragged 2-D matrix, tile by tile ------------------------------------------
+PAD = 3.0  # what the spare cells of an input buffer hold: a read outside the matrix gets it
+
+
+def _scale_inputs(case, torch, device):
+    p = case.params
+    gen = torch.Generator().manual_seed(p["seed"])
+    x = torch.randn(p["n_rows"], p["n_cols"], generator=gen)
+    args = (x.to(device), PAD, p["alpha"], p["BLOCK_R"], p["BLOCK_C"])
+    return args, x.double().numpy()
+
+
+def _scale_variant(case, x, *, bug=None):
+    """The (n_rows + BLOCK_R, n_cols + BLOCK_C + 3) buffer the kernel writes, program by
+    program, with one bug or none."""
+    p = case.params
+    n, m, br, bc, alpha = p["n_rows"], p["n_cols"], p["BLOCK_R"], p["BLOCK_C"], p["alpha"]
+    shape = (n + br, m + bc + 3)
+    x_buf = np.full(shape, PAD)
+    x_buf[:n, :m] = x
+    x_flat, y_flat = x_buf.reshape(-1), np.full(shape[0] * shape[1], np.nan)
+    stride = m if bug == "row-stride-n-cols" else shape[1]
+    for pr in range(-(-n // br)):
+        for pc in range(-(-m // bc)):
+            rows = (pr if bug == "pid-not-multiplied" else pr * br) + np.arange(br)
+            cols = (pc if bug == "pid-not-multiplied" else pc * bc) + np.arange(bc)
+            lim_r, lim_c = (n + 1, m + 1) if bug == "mask-off-by-one" else (n, m)
+            row_ok = rows[:, None] < lim_r
+            col_ok = cols[None, :] < lim_c
+            if bug == "rows-only":
+                col_ok = np.ones_like(col_ok)
+            if bug == "cols-only":
+                row_ok = np.ones_like(row_ok)
+            mask = row_ok & col_ok
+            offs = rows[:, None] * stride + cols[None, :]
+            store_mask = np.ones_like(mask) if bug in ("store-unmasked", "unmasked") else mask
+            load_mask = np.ones_like(mask) if bug == "unmasked" else mask
+            vals = np.where(load_mask, x_flat[np.where(load_mask, offs, 0)], 0.0)
+            y_flat[offs[store_mask]] = (alpha * vals)[store_mask]
+    return y_flat.reshape(shape)
+
+
+def _scale_mistake(slug, title, explanation, bug):
+    return Mistake(slug, title, explanation, functools.partial(_scale_variant, bug=bug))
+
+
+SCALE_TILE_MISTAKES = [
+    _scale_mistake(
+        "store-unmasked",
+        "the store has no mask: whole tiles are written, past the last row and column",
+        "The last tile of each dimension runs past the matrix when the block does not divide its "
+        "size; tl.store must get the same mask as tl.load, or it writes into memory that "
+        "belongs to something else.",
+        "store-unmasked",
+    ),
+    _scale_mistake(
+        "store-unmasked",
+        "neither the load nor the store is masked",
+        "Both the load and the store need mask = (rows[:, None] < n_rows) & (cols[None, :] < "
+        "n_cols): without it the ragged tiles read and write outside the matrix.",
+        "unmasked",
+    ),
+    _scale_mistake(
+        "mask-off-by-one",
+        "the mask keeps row n_rows and column n_cols (<= instead of <)",
+        "Rows are numbered 0 .. n_rows - 1: row r exists when r < n_rows, and column c when "
+        "c < n_cols.",
+        "mask-off-by-one",
+    ),
+    _scale_mistake(
+        "mask-one-dimension",
+        "only the rows are masked: the columns past n_cols are read and written",
+        "A 2-D tile is ragged in both dimensions: mask = (rows[:, None] < n_rows) & "
+        "(cols[None, :] < n_cols).",
+        "rows-only",
+    ),
+    _scale_mistake(
+        "mask-one-dimension",
+        "only the columns are masked: the rows past n_rows are read and written",
+        "A 2-D tile is ragged in both dimensions: mask = (rows[:, None] < n_rows) & "
+        "(cols[None, :] < n_cols).",
+        "cols-only",
+    ),
+    _scale_mistake(
+        "row-stride-n-cols",
+        "rows are taken to be n_cols elements apart (stride_x and stride_y ignored)",
+        "Row r starts r * stride_x elements after x_ptr; stride_x is n_cols only when the "
+        "matrix is contiguous. Here it is a slice of a wider buffer, as a view of a larger "
+        "tensor often is: use the strides.",
+        "row-stride-n-cols",
+    ),
+    _scale_mistake(
+        "pid-not-multiplied",
+        "the first row (column) of a tile is the program id, not program id * BLOCK",
+        "Program (i, j) owns rows i * BLOCK_R .. and columns j * BLOCK_C ..; with the program id "
+        "alone the tiles overlap and most of the matrix is never written.",
+        "pid-not-multiplied",
+    ),
+]
+
+
+def _scale_cases(seed, trials):
+    def case(label, stage, n, m, br, bc, alpha, s, focus):
+        params = dict(n_rows=n, n_cols=m, BLOCK_R=br, BLOCK_C=bc, alpha=alpha, seed=s)
+        return PuzzleCase(label, stage, params, focus)
+
+    cases = [
+        case("one 16 x 16 tile", "one tile", 16, 16, 16, 16, 2.0, 1,
+             "the pointer arithmetic x_ptr + rows[:, None] * stride_x + cols[None, :]"),
+        case("a 48 x 32 matrix in 16 x 16 tiles", "several tiles", 48, 32, 16, 16, -0.5, 2,
+             "the tile of program (i, j): rows i * BLOCK_R + tl.arange(0, BLOCK_R), columns "
+             "j * BLOCK_C + tl.arange(0, BLOCK_C)"),
+        case("37 x 21 in 16 x 16 tiles: the last row and column of tiles are ragged", "ragged",
+             37, 21, 16, 16, 1.5, 3, "the mask on both dimensions, for the load and the store"),
+        case("5 x 40 in 8 x 32 tiles", "ragged", 5, 40, 8, 32, 0.25, 4,
+             "the mask on both dimensions, for the load and the store"),
+    ]  # fmt: skip
+    rng = np.random.default_rng(seed)
+    for t in range(trials):
+        n, m = (int(x) for x in rng.integers(1, 70, size=2))
+        br, bc = (int(x) for x in rng.choice([8, 16, 32], size=2))
+        cases.append(
+            case(f"random case {t + 1}", "ragged", n, m, br, bc, float(rng.normal()),
+                 int(rng.integers(2**31)), "the mask on both dimensions")
+        )  # fmt: skip
+    return cases
+
+
+SCALE_TILE = Puzzle(
+    name="scale_tile_kernel",
+    run=None,  # set below (the runner module imports triton)
+    inputs=_scale_inputs,
+    expected=lambda case, x: _scale_variant(case, x),
+    mistakes=SCALE_TILE_MISTAKES,
+    tolerance=lambda case, on_gpu: (1e-6, 1e-6),
+    where="y_buf[{}, {}]",
+    summary="several tiles, ragged rows and columns, rows wider than the matrix",
+)
+
+
+def check_scale_tile(kernel, seed: int | None = 0, trials: int = 2) -> None:
+    """Check puzzle 1: scale_tile_kernel(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y,
+    alpha, BLOCK_R, BLOCK_C) writes y = alpha * x, grid (cdiv(n_rows, BLOCK_R),
+    cdiv(n_cols, BLOCK_C)), and nothing outside the (n_rows, n_cols) matrix."""
+    from ..triton_attention.puzzles import run_scale_tile
+
+    puzzle = dataclasses.replace(SCALE_TILE, run=run_scale_tile)
+    _check(puzzle, kernel, _scale_cases(seed, trials))
+
+
+# ---- puzzle 2: a numerically stable softmax per row ---------------------------------------------
+def _softmax_inputs(case, torch, device):
+    p = case.params
+    gen = torch.Generator().manual_seed(p["seed"])
+    x = p["spread"] * torch.randn(p["n_rows"], p["n_cols"], generator=gen) + p["shift"]
+    return (x.to(device), PAD), x.double().numpy()
+
+
+def _softmax_variant(case, x, *, bug=None):
+    """The (n_rows + 1, n_cols + BLOCK) buffer the row kernel writes, in float32."""
+    n, m = x.shape
+    block = 1 << (m - 1).bit_length()
+    x_buf = np.full((n + 1, m + block), PAD, dtype=np.float32)
+    x_buf[:n, :m] = x
+    y_buf = np.full(x_buf.shape, np.nan, dtype=np.float32)
+    stride = m if bug == "row-stride-n-cols" else x_buf.shape[1]
+    x_flat, y_flat = x_buf.reshape(-1), y_buf.reshape(-1)
+    cols = np.arange(block)
+    lim = m + 1 if bug == "mask-off-by-one" else m
+    mask = cols < lim
+    with np.errstate(all="ignore"):
+        for r in range(n):
+            offs = r * stride + cols
+            if bug == "unmasked":
+                row = x_flat[offs]
+            else:
+                other = np.float32(0.0 if bug == "missing-other" else -np.inf)
+                row = np.where(mask, x_flat[np.where(mask, offs, 0)], other)
+            e = np.exp(row) if bug == "unstable" else np.exp(row - row.max())
+            y = e / e.sum(dtype=np.float32)
+            keep = np.ones_like(mask) if bug in ("unmasked", "store-unmasked") else mask
+            y_flat[offs[keep]] = y[keep]
+    return y_buf.astype(np.float64)
+
+
+def _softmax_mistake(slug, title, explanation, bug):
+    return Mistake(slug, title, explanation, functools.partial(_softmax_variant, bug=bug))
+
+
+SOFTMAX_ROWS_MISTAKES = [
+    _softmax_mistake(
+        "missing-other",
+        "the masked load has no other=-inf: the padding columns count as 0",
+        "A masked tl.load fills the cells it skips with `other`, 0 by default (or undefined). A "
+        "0 enters the max and adds exp(0 - max) to the sum: load with other=float('-inf'), "
+        "whose exp is 0.",
+        "missing-other",
+    ),
+    _softmax_mistake(
+        "unstable-softmax",
+        "exp(x) without subtracting the row's max first",
+        "exp overflows float32 above about 88: a row with scores near 100 gives inf / inf = NaN. "
+        "Softmax does not change when a constant is subtracted from the row: "
+        "p = tl.exp(x - tl.max(x, 0)), and the largest exponent is 0.",
+        "unstable",
+    ),
+    _softmax_mistake(
+        "mask-off-by-one",
+        "the mask keeps column n_cols (cols <= n_cols)",
+        "Columns are numbered 0 .. n_cols - 1: mask = cols < n_cols.",
+        "mask-off-by-one",
+    ),
+    _softmax_mistake(
+        "mask-missing",
+        "no mask: the BLOCK - n_cols cells after the row are read and written",
+        "BLOCK is n_cols rounded up to a power of two (tl.arange needs one); the cells past "
+        "n_cols are not the row's. Mask the load (other=-inf) and the store with cols < n_cols.",
+        "unmasked",
+    ),
+    _softmax_mistake(
+        "store-unmasked",
+        "the store has no mask: cells after the row are written",
+        "The load's mask keeps the padding out of the softmax; the store needs it too, or it "
+        "writes past the row.",
+        "store-unmasked",
+    ),
+    _softmax_mistake(
+        "row-stride-n-cols",
+        "rows are taken to be n_cols elements apart (stride_x and stride_y ignored)",
+        "Row r starts r * stride_x elements after x_ptr; here the matrix is a slice of a wider "
+        "buffer, so stride_x > n_cols: use the strides.",
+        "row-stride-n-cols",
+    ),
+]
+
+
+def _softmax_cases(seed, trials):
+    def case(label, stage, n, m, spread, shift, s, focus):
+        params = dict(n_rows=n, n_cols=m, spread=spread, shift=shift, seed=s)
+        return PuzzleCase(label, stage, params, focus)
+
+    cases = [
+        case("4 rows of 16 (BLOCK = n_cols)", "full rows", 4, 16, 1.0, 0.0, 1,
+             "one program per row: x_ptr + row * stride_x + cols, then max, exp, sum"),
+        case("3 rows of 50 (BLOCK = 64: 14 padding columns)", "ragged rows", 3, 50, 2.0, 0.0, 2,
+             "the mask cols < n_cols, with other=-inf on the load"),
+        case("5 rows of 7 (BLOCK = 8)", "ragged rows", 5, 7, 1.0, 0.0, 3,
+             "the mask cols < n_cols, with other=-inf on the load"),
+        case("2 rows of 20, scores near 100 (exp overflows float32)", "large scores", 2, 20,
+             5.0, 100.0, 4, "the row max subtracted before exp"),
+    ]  # fmt: skip
+    rng = np.random.default_rng(seed)
+    for t in range(trials):
+        n, m = int(rng.integers(1, 8)), int(rng.integers(1, 130))
+        cases.append(
+            case(f"random case {t + 1}", "large scores", n, m, float(rng.uniform(1, 10)),
+                 float(rng.uniform(-120, 120)), int(rng.integers(2**31)),
+                 "the mask, other=-inf and the max subtraction")
+        )  # fmt: skip
+    return cases
+
+
+SOFTMAX_ROWS = Puzzle(
+    name="softmax_rows_kernel",
+    run=None,
+    inputs=_softmax_inputs,
+    expected=lambda case, x: _softmax_reference(x),
+    mistakes=SOFTMAX_ROWS_MISTAKES,
+    tolerance=lambda case, on_gpu: (1e-5, 1e-4),
+    where="y_buf[{}, {}]",
+    summary="ragged rows, padding columns, scores near 100",
+)
+
+
+def _softmax_reference(x):
+    n, m = x.shape
+    block = 1 << (m - 1).bit_length()
+    y = np.full((n + 1, m + block), np.nan)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    y[:n, :m] = e / e.sum(axis=1, keepdims=True)
+    return y
+
+
+def check_softmax_rows(kernel, seed: int | None = 0, trials: int = 2) -> None:
+    """Check puzzle 2: softmax_rows_kernel(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK)
+    writes y[r] = softmax(x[r]), one program per row, BLOCK = next_power_of_2(n_cols)."""
+    from ..triton_attention.puzzles import run_softmax_rows
+
+    puzzle = dataclasses.replace(SOFTMAX_ROWS, run=run_softmax_rows)
+    _check(puzzle, kernel, _softmax_cases(seed, trials))
+
+
+# ---- puzzle 3: a matmul with ragged edges -------------------------------------------------------
+MATMUL_PAD = 1.0  # the spare cells of a and b: a read past K adds to the product
+
+
+def _matmul_inputs(case, torch, device):
+    p = case.params
+    gen = torch.Generator().manual_seed(p["seed"])
+    a = torch.randn(p["M"], p["K"], generator=gen).half()
+    b = torch.randn(p["K"], p["N"], generator=gen).half()
+    blocks = (p["BLOCK_M"], p["BLOCK_N"], p["BLOCK_K"])
+    return (a.to(device), b.to(device), MATMUL_PAD, *blocks), (
+        a.double().numpy(),
+        b.double().numpy(),
+    )
+
+
+def _matmul_variant(case, ab, *, bug=None):
+    """The (M + BLOCK_M, N + BLOCK_N) c buffer, tile by tile, with one bug or none."""
+    a, b = ab
+    p = case.params
+    M, N, K = p["M"], p["N"], p["K"]
+    bm, bn, bk = p["BLOCK_M"], p["BLOCK_N"], p["BLOCK_K"]
+    a_buf = np.full((M + bm, K + bk), MATMUL_PAD)
+    b_buf = np.full((K + bk, N + bn), MATMUL_PAD)
+    a_buf[:M, :K], b_buf[:K, :N] = a, b
+    c_buf = np.full((M + bm, N + bn), np.nan)
+    lim_k = K + 1 if bug == "k-off-by-one" else K
+    for i0 in range(0, M, bm):
+        for j0 in range(0, N, bn):
+            rows, cols = np.arange(i0, i0 + bm), np.arange(j0, j0 + bn)
+            acc = np.zeros((bm, bn), dtype=np.float32)
+            for k0 in range(0, K, bk):
+                ks = np.arange(k0, k0 + bk)
+                k_ok = np.ones(bk, bool) if bug == "k-unmasked" else ks < lim_k
+                a_t = np.where((rows[:, None] < M) & k_ok[None, :], a_buf[np.ix_(rows, ks)], 0.0)
+                b_t = np.where(k_ok[:, None] & (cols[None, :] < N), b_buf[np.ix_(ks, cols)], 0.0)
+                prod = (a_t @ b_t).astype(np.float32)
+                if bug == "fp16-acc":
+                    acc = (acc + prod).astype(np.float16).astype(np.float32)
+                elif bug == "fp16-dot":
+                    acc = acc + prod.astype(np.float16).astype(np.float32)
+                else:
+                    acc = acc + prod
+            c_buf[i0 : i0 + bm, j0 : j0 + bn] = acc
+            if bug != "store-unmasked":  # cells outside the matrix are not written
+                c_buf[i0 : i0 + bm, j0 : j0 + bn][(rows[:, None] >= M) | (cols[None, :] >= N)] = (
+                    np.nan
+                )
+    return c_buf
+
+
+def _matmul_mistake(slug, title, explanation, bug):
+    return Mistake(slug, title, explanation, functools.partial(_matmul_variant, bug=bug))
+
+
+_K_MASK = (
+    "When BLOCK_K does not divide K, the last K step runs past column K - 1 of a and row K - 1 "
+    "of b; those cells are not the matrices' and must read as 0: mask a with offs_k[None, :] < "
+    "K and b with offs_k[:, None] < K, other=0.0."
+)
+MATMUL_MISTAKES = [
+    _matmul_mistake("k-mask-missing", "the K dimension is not masked", _K_MASK, "k-unmasked"),
+    _matmul_mistake("mask-off-by-one", "the K mask keeps index K (offs_k <= K)", _K_MASK,
+                    "k-off-by-one"),
+    _matmul_mistake(
+        "store-unmasked",
+        "the store of c has no mask: cells past row M or column N are written",
+        "The ragged tiles of c run past the matrix; store with mask = (offs_m[:, None] < M) & "
+        "(offs_n[None, :] < N).",
+        "store-unmasked",
+    ),
+    _matmul_mistake(
+        "acc-dtype",
+        "the accumulator is float16",
+        "Each K step adds a tile product to acc; in float16 every addition rounds to 11 bits and "
+        "the error grows with K. Keep acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32) and "
+        "add with tl.dot(a, b, acc) (or acc += tl.dot(a, b)); cast only when storing.",
+        "fp16-acc",
+    ),
+    _matmul_mistake(
+        "acc-dtype",
+        "each tile product is rounded to float16 before it is added",
+        "tl.dot(a, b) of float16 tiles returns float32 by default; out_dtype=tl.float16 or a "
+        ".to(tl.float16) rounds every partial product. Accumulate in float32.",
+        "fp16-dot",
+    ),
+]  # fmt: skip
+
+
+def _matmul_cases(seed, trials):
+    def case(label, stage, M, N, K, bm, bn, bk, s, focus):
+        params = dict(M=M, N=N, K=K, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, seed=s)
+        return PuzzleCase(label, stage, params, focus)
+
+    cases = [
+        case("one 16 x 16 tile, K = 16", "one tile", 16, 16, 16, 16, 16, 16, 1,
+             "one tl.dot of a (BLOCK_M, BLOCK_K) tile of a by a (BLOCK_K, BLOCK_N) tile of b"),
+        case("32 x 32, K = 64 in four steps of 16", "several K steps", 32, 32, 64, 16, 16, 16, 2,
+             "the loop over K, accumulating in float32"),
+        case("M = 37, N = 29, K = 32: ragged rows and columns", "ragged M and N", 37, 29, 32, 16,
+             16, 16, 3, "the masks on M (a and c) and on N (b and c)"),
+        case("M = 20, N = 18, K = 45: ragged K (45 = 2 * 16 + 13)", "ragged K", 20, 18, 45, 16,
+             16, 16, 4, "the mask on K for a's columns and b's rows"),
+        case("M = 16, N = 16, K = 320, float16 inputs", "long K", 16, 16, 320, 16, 16, 32, 5,
+             "the float32 accumulator over many K steps"),
+    ]  # fmt: skip
+    rng = np.random.default_rng(seed)
+    for t in range(trials):
+        M, N, K = (int(x) for x in rng.integers(1, 70, size=3))
+        cases.append(
+            case(f"random case {t + 1}", "long K", M, N, K, 16, 16, 16,
+                 int(rng.integers(2**31)), "the masks on M, N and K")
+        )  # fmt: skip
+    return cases
+
+
+def _matmul_tolerance(case, on_gpu):
+    return (1e-5, 2e-4) if not on_gpu else (1e-4, 5e-3)
+
+
+MATMUL = Puzzle(
+    name="matmul_kernel",
+    run=None,
+    inputs=_matmul_inputs,
+    expected=lambda case, ab: _matmul_variant(case, ab),
+    mistakes=MATMUL_MISTAKES,
+    tolerance=_matmul_tolerance,
+    where="c_buf[{}, {}]",
+    summary="ragged M, N and K, float16 in, float32 accumulated",
+)
+
+
+def check_matmul(kernel, seed: int | None = 0, trials: int = 1) -> None:
+    """Check puzzle 3: matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk,
+    stride_cm, BLOCK_M, BLOCK_N, BLOCK_K) writes c = a @ b (a float16 (M, K), b float16 (K, N),
+    c float32 (M, N)), grid (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))."""
+    from ..triton_attention.puzzles import run_matmul
+
+    puzzle = dataclasses.replace(MATMUL, run=run_matmul)
+    _check(puzzle, kernel, _matmul_cases(seed, trials))
+
+
+# ---- puzzle 4: one query tile's online softmax ------------------------------------------------
+def _row_block_inputs(case, torch, device):
+    p = case.params
+    gen = torch.Generator().manual_seed(p["seed"])
+    q = 2.0 * torch.randn(p["BLOCK_M"], p["HEAD_DIM"], generator=gen)
+    k = torch.randn(p["seqlen_k"], p["HEAD_DIM"], generator=gen)
+    v = torch.randn(p["seqlen_k"], p["HEAD_DIM"], generator=gen)
+    if p.get("late_max"):
+        k[-p["BLOCK_N"] :] *= 2.5
+    dtype = getattr(torch, p["dtype"])
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    qk_scale = LOG2E / math.sqrt(p["HEAD_DIM"])
+    args = (q.to(device), k.to(device), v.to(device), PAD, qk_scale, p["BLOCK_N"])
+    return args, tuple(t.double().numpy() for t in (q, k, v))
+
+
+def _row_block_variant(case, qkv, **bug):
+    q, k, v = qkv
+    p = case.params
+    out, _ = emulate_kernel(
+        q[None, None], k[None, None], v[None, None], False, 1 / math.sqrt(p["HEAD_DIM"]),
+        p["BLOCK_M"], p["BLOCK_N"], **bug,
+    )  # fmt: skip
+    return out[0, 0]
+
+
+def _row_block_reference(case, qkv):
+    q, k, v = qkv
+    out, _ = _reference_attention(
+        q[None, None], k[None, None], v[None, None], False, 1 / math.sqrt(case.params["HEAD_DIM"])
+    )
+    return out[0, 0]
+
+
+def _row_block_mistakes():
+    found = []
+    for m in KERNEL_OUT_MISTAKES:
+        bug = m.fn.keywords
+        if "causal_mask" in bug:
+            continue
+        found.append(dataclasses.replace(m, fn=functools.partial(_row_block_variant, **bug)))
+    found.append(
+        Mistake(
+            "ragged-tile",
+            "the keys past seqlen_k are loaded without a mask and not masked in the scores",
+            "The last K/V tile runs past the last key; mask the loads (other=0.0) and set the "
+            "scores of keys offs_n >= seqlen_k to -inf, so that their p is 0.",
+            functools.partial(_row_block_variant, ragged_mask=False, pad_value=PAD),
+        )
+    )
+    return found
+
+
+ROW_BLOCK_MISTAKES = _row_block_mistakes()
+
+
+def _row_block_cases(seed, trials):
+    def case(label, stage, bm, bn, d, n_k, dtype, s, focus, late_max=False):
+        params = dict(BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, seqlen_k=n_k, dtype=dtype, seed=s,
+                      late_max=late_max)  # fmt: skip
+        return PuzzleCase(label, stage, params, focus)
+
+    cases = [
+        case("one K/V tile: 16 queries, 16 keys, d = 16", "one tile", 16, 16, 16, 16,
+             "float32", 1, "the scores times qk_scale, exp2, and out = acc / l_i"),
+        case("three K/V tiles, the last raises the max", "several tiles", 16, 16, 32, 48,
+             "float32", 2, "the rescale of acc and l_i by alpha = exp2(m_i - m_new)",
+             late_max=True),
+        case("seqlen_k = 70: the fifth tile of 16 keys holds 6", "ragged keys", 16, 16, 32, 70,
+             "float32", 3, "the mask of the keys past seqlen_k (loads and scores)"),
+        case("float16 inputs, seqlen_k = 40", "float16", 32, 16, 32, 40, "float16", 4,
+             "tl.dot of float16 tiles: p.to(v.dtype) before the second product"),
+    ]  # fmt: skip
+    rng = np.random.default_rng(seed)
+    for t in range(trials):
+        cases.append(
+            case(f"random case {t + 1}", "float16", 16, 16, 16, int(rng.integers(1, 80)),
+                 "float16", int(rng.integers(2**31)), "the online softmax over ragged keys")
+        )  # fmt: skip
+    return cases
+
+
+def _row_block_tolerance(case, on_gpu):
+    if case.params["dtype"] == "float16" or on_gpu:
+        return 1e-2 if on_gpu else 3e-3, 5e-2
+    return 1e-5, 1e-3
+
+
+ROW_BLOCK = Puzzle(
+    name="row_block_attention_kernel",
+    run=None,
+    inputs=_row_block_inputs,
+    expected=_row_block_reference,
+    mistakes=ROW_BLOCK_MISTAKES,
+    tolerance=_row_block_tolerance,
+    where="out[{}, {}]",
+    summary="one and several K/V tiles, a late max, ragged keys, float16",
+)
+
+
+def check_row_block(kernel, seed: int | None = 0, trials: int = 1) -> None:
+    """Check puzzle 4: row_block_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seqlen_k,
+    stride_q, stride_k, stride_v, stride_o, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM) writes
+    out = softmax(q k^T / sqrt(d)) v for one (BLOCK_M, HEAD_DIM) query tile, float32."""
+    from ..triton_attention.puzzles import run_row_block
+
+    puzzle = dataclasses.replace(ROW_BLOCK, run=run_row_block)
+    _check(puzzle, kernel, _row_block_cases(seed, trials))
+
+
+# ---- the whole forward: the learner's kernel and launcher ---------------------------------------
+@dataclass(frozen=True)
+class ForwardCase:
+    """One call of the learner's attention_fwd: shapes, dtype, layout, the inputs' seed, and
+    for the poisoned case the row from which keys and values are NaN."""
+
+    label: str
+    stage: str
+    batch: int
+    heads: int
+    n_q: int
+    n_k: int
+    d: int
+    causal: bool
+    dtype: str = "float32"
+    seed: int = 0
+    layout: str = "contiguous"
+    softmax_scale: float | None = None  # None: 1/sqrt(d)
+    poison_from: int | None = None  # keys >= this are NaN; only rows < this are compared
+    late_max: bool = False
+
+    @property
+    def scale(self) -> float:
+        return self.softmax_scale if self.softmax_scale is not None else 1 / math.sqrt(self.d)
+
+    def describe(self) -> str:
+        text = (
+            f"q ({self.batch}, {self.heads}, {self.n_q}, {self.d}), k and v ({self.batch}, "
+            f"{self.heads}, {self.n_k}, {self.d}), {self.dtype}, causal={self.causal}"
+        )
+        if self.softmax_scale is not None:
+            text += f", softmax_scale={self.softmax_scale}"
+        if self.layout == "bnhd":
+            text += ", stored as (B, N, H, d) and seen as (B, H, N, d): rows H * d apart"
+        if self.poison_from is not None:
+            text += f", keys and values from row {self.poison_from} on are NaN"
+        return text
+
+
+_STAGE_FOCUS = {
+    "one tile": "the grid, the pointers and one K/V loop with the online softmax in exp2 form",
+    "ragged N": "the masks of the ragged last query tile and of the keys past seqlen_k",
+    "strided layout": "the strides: every pointer built from stride_b, stride_h and stride_n",
+    "N_q != N_k": "seqlen_q and seqlen_k used in their places (q and out, k and v)",
+    "causal": "the causal mask offs_n <= offs_m on the diagonal block, and the loop's end",
+    "causal loop bound": "the causal loop stops at min((pid_m + 1) * BLOCK_M, seqlen_k)",
+    "head dims": "d padded to BLOCK_D, a power of two: columns offs_d < d masked",
+    "dtypes": "float16/bfloat16 inputs: tl.dot(p.to(v.dtype), v), out in q's dtype, lse float32",
+    "no keys": "N_k = 0: out = 0 and lse = -inf, without a launch that divides 0 by 0",
+}
+
+
+def _forward_cases(seed, trials, on_gpu: bool) -> list[ForwardCase]:
+    C = ForwardCase
+    if on_gpu:
+        cases = [
+            C("one head, N = 128", "one tile", 1, 1, 128, 128, 64, False, "float16", 1),
+            C("4 heads, N = 256, softmax_scale = 0.3", "one tile", 2, 2, 256, 256, 64, False,
+              "float16", 2, softmax_scale=0.3, late_max=True),
+            C("ragged N = 333", "ragged N", 2, 2, 333, 333, 64, False, "float16", 3),
+            C("a (B, N, H, d) tensor seen as (B, H, N, d)", "strided layout", 2, 3, 200, 200, 64,
+              False, "float16", 4, layout="bnhd"),
+            C("N_q = 257, N_k = 1023", "N_q != N_k", 1, 2, 257, 1023, 64, False, "float16", 5),
+            C("N_q = 700, N_k = 100", "N_q != N_k", 1, 2, 700, 100, 64, False, "float16", 6),
+            C("causal, N = 513", "causal", 2, 2, 513, 513, 64, True, "float16", 7),
+            C("causal, keys and values past row 256 poisoned", "causal loop bound", 1, 2, 300,
+              300, 64, True, "float16", 8, poison_from=256),
+            C("d = 80 padded to 128, causal, N = 300", "head dims", 1, 2, 300, 300, 80, True,
+              "float16", 9),
+            C("d = 128, N = 384", "head dims", 1, 2, 384, 384, 128, False, "float16", 10),
+            C("d = 16, N = 200", "head dims", 1, 2, 200, 200, 16, False, "float16", 11),
+            C("bfloat16, causal, N = 513, d = 128", "dtypes", 2, 2, 513, 513, 128, True,
+              "bfloat16", 12),
+            C("float32, N_q = 100, N_k = 300", "dtypes", 1, 2, 100, 300, 64, False, "float32",
+              13),
+            C("N_k = 0: no key at all", "no keys", 1, 2, 40, 0, 64, False, "float16", 14),
+        ]  # fmt: skip
+    else:
+        cases = [
+            C("one head, N = 32, d = 16", "one tile", 1, 1, 32, 32, 16, False, "float32", 1),
+            C("2 heads, N = 64, softmax_scale = 0.3, a later tile raises the max", "one tile",
+              1, 2, 64, 64, 16, False, "float32", 2, softmax_scale=0.3, late_max=True),
+            C("ragged N = 50", "ragged N", 2, 1, 50, 50, 16, False, "float32", 3),
+            C("a (B, N, H, d) tensor seen as (B, H, N, d)", "strided layout", 2, 2, 24, 24, 16,
+              False, "float32", 4, layout="bnhd"),
+            C("N_q = 33, N_k = 70", "N_q != N_k", 1, 2, 33, 70, 16, False, "float32", 5),
+            C("N_q = 70, N_k = 20", "N_q != N_k", 1, 1, 70, 20, 16, False, "float32", 6),
+            C("causal, N = 40", "causal", 1, 2, 40, 40, 16, True, "float32", 7),
+            C("causal, ragged N = 50, d = 32", "causal", 1, 1, 50, 50, 32, True, "float32", 8),
+            C("causal, keys and values past row 128 poisoned", "causal loop bound", 1, 1, 136,
+              136, 16, True, "float32", 9, poison_from=128),
+            C("d = 24 padded to 32", "head dims", 1, 1, 20, 20, 24, False, "float32", 10),
+            C("d = 80 padded to 128, causal", "head dims", 1, 1, 20, 20, 80, True, "float32", 11),
+            C("d = 128", "head dims", 1, 1, 20, 20, 128, False, "float32", 12),
+            C("float16, causal, N = 40", "dtypes", 1, 2, 40, 40, 32, True, "float16", 13),
+            C("bfloat16 (run in float32 by the interpreter), N_q = 24, N_k = 40", "dtypes", 1, 1,
+              24, 40, 64, False, "bfloat16", 14),
+            C("N_k = 0: no key at all", "no keys", 1, 2, 5, 0, 16, False, "float32", 15),
+        ]  # fmt: skip
+    rng = np.random.default_rng(seed)
+    stage_of = {False: "N_q != N_k", True: "causal"}
+    for t in range(trials):
+        causal = bool(rng.integers(2))
+        if on_gpu:
+            n_q, d = int(rng.integers(1, 700)), int(rng.choice([64, 96, 128]))
+            dtype = str(rng.choice(["float16", "bfloat16"]))
+        else:
+            n_q, d, dtype = int(rng.integers(1, 65)), int(rng.choice([16, 24, 32])), "float32"
+        n_k = n_q if causal or rng.random() < 0.5 else int(rng.integers(1, 2 * n_q + 16))
+        batch, heads = (int(x) for x in rng.integers(1, 3, size=2))
+        cases.append(
+            C(f"random case {t + 1}", stage_of[causal], batch, heads, n_q, n_k, d, causal, dtype,
+              int(rng.integers(2**31)))
+        )  # fmt: skip
+    if on_gpu and not _ampere_or_newer():  # a T4 (sm_75) has no bfloat16 tl.dot: float16
+        cases = [dataclasses.replace(c, dtype="float16") if c.dtype == "bfloat16" else c
+                 for c in cases]  # fmt: skip
+    # the random cases join their stage: stages stay contiguous
+    order = list(dict.fromkeys(c.stage for c in cases))
+    return sorted(cases, key=lambda c: order.index(c.stage))
+
+
+def _forward_inputs(case: ForwardCase, torch, device):
+    gen = torch.Generator().manual_seed(case.seed)
+    shape_q = (case.batch, case.heads, case.n_q, case.d)
+    shape_k = (case.batch, case.heads, case.n_k, case.d)
+    q = 2.0 * torch.randn(shape_q, generator=gen)  # spread scores: the max moves between tiles
+    k = torch.randn(shape_k, generator=gen)
+    v = torch.randn(shape_k, generator=gen)
+    if case.late_max and case.n_k > 16:
+        k[:, :, -16:] *= 2.5
+    dtype = getattr(torch, case.dtype)
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    as64 = tuple(t.double().numpy() for t in (q, k, v))
+    if case.poison_from is not None:
+        k, v = k.clone(), v.clone()
+        k[:, :, case.poison_from :] = float("nan")
+        v[:, :, case.poison_from :] = float("nan")
+    return tuple(t.to(device) for t in (q, k, v)), as64
+
+
+def _forward_expected(case: ForwardCase, q, k, v):
+    if case.n_k == 0:
+        return np.zeros(q.shape), np.full(q.shape[:3], -np.inf)
+    return _reference_attention(q, k, v, case.causal, case.scale)
+
+
+# Mistakes of the whole kernel, in the order they are tried: emulations of emulate_kernel with
+# one bug (the tiles BLOCK_M and BLOCK_N are the learner's choice, so each is tried with every
+# power of two from 16 to 128).
+_SCALE_TWICE = (
+    "qk_scale = softmax_scale * log2(e) already holds both factors: the launcher computes it "
+    "once and the kernel multiplies the raw scores q.k by it, and by nothing else."
+)
+
+
+def _fwd_mistake(slug, title, explanation, **bug):
+    return Mistake(slug, title, explanation, functools.partial(emulate_kernel, **bug))
+
+
+def _forward_mistakes() -> list[Mistake]:
+    own = [
+        _fwd_mistake(
+            "scale-folded-twice",
+            "the scores multiplied by log2(e) twice",
+            _SCALE_TWICE,
+            extra_scale=LOG2E,
+        ),
+        _fwd_mistake(
+            "mask-off-by-one",
+            "the key mask keeps key seqlen_k (offs_n <= seqlen_k)",
+            "Keys are numbered 0 .. seqlen_k - 1: the score of key offs_n is kept when offs_n < "
+            "seqlen_k. Key seqlen_k does not exist; loaded as zeros, it gets weight "
+            "exp2(0 - m_i).",
+            ragged_mask="off-by-one",
+        ),
+        _fwd_mistake(
+            "causal-tile-bound",
+            "the causal loop stops before the diagonal block (at pid_m * BLOCK_M)",
+            "The query tile's own diagonal block holds the keys i0 .. i0 + BLOCK_M - 1, half of "
+            "which each query sees (its own key included): the loop runs to "
+            "min((pid_m + 1) * BLOCK_M, seqlen_k), the last tiles masked with offs_n <= offs_m.",
+            causal_hi="block-short",
+        ),
+        _fwd_mistake(
+            "causal-tile-bound",
+            "the causal loop stops one BLOCK_N tile short of the diagonal block's end",
+            "The loop over K/V runs to min((pid_m + 1) * BLOCK_M, seqlen_k): the last query of "
+            "the tile, (pid_m + 1) * BLOCK_M - 1, sees every key up to itself.",
+            causal_hi="tile-short",
+        ),
+    ]
+    scale_default = [
+        Mistake(
+            "softmax-scale-ignored",
+            "softmax_scale is ignored: the kernel always uses 1/sqrt(d)",
+            "softmax_scale defaults to 1/sqrt(d) only when it is None; a number given by the "
+            "caller is the scale: qk_scale = softmax_scale * log2(e).",
+            lambda q, k, v, causal, scale, bm, bn, **kw: emulate_kernel(
+                q, k, v, causal, 1 / math.sqrt(q.shape[-1]), bm, bn, **kw
+            ),
+        )
+    ]
+    twice = [
+        Mistake(
+            "scale-folded-twice",
+            "the scores multiplied by softmax_scale twice",
+            _SCALE_TWICE,
+            lambda q, k, v, causal, scale, bm, bn, **kw: emulate_kernel(
+                q, k, v, causal, scale, bm, bn, extra_scale=scale, **kw
+            ),
+        )
+    ]
+    return [*KERNEL_OUT_MISTAKES, *own, *twice, *scale_default]
+
+
+FORWARD_MISTAKES = _forward_mistakes()
+FORWARD_LSE_MISTAKES = list(KERNEL_LSE_MISTAKES)
+EMPTY_KEYS = Mistake(
+    "empty-keys",
+    "N_k = 0 gives NaN: the kernel divides 0 by 0",
+    "With no key, l_i stays 0 and acc / l_i is 0 / 0. The sum over no key is empty: out = 0 and "
+    "lse = log(0) = -inf. Answer N_k == 0 in the launcher (out.zero_(), lse.fill_(-inf)) before "
+    "launching, or divide by tl.where(l_i > 0, l_i, 1.0) in the kernel.",
+    None,
+)
+_TILES = [(bm, bn) for bm in (32, 64, 16, 128) for bn in (16, 32, 64, 128)]
+
+
+def _emulations(mistake, args, which):
+    """The mistake's output `which` (0: out, 1: lse) for every tile pair, and with empty rows
+    as a guarded kernel gives them."""
+    q, k, v, causal, scale = args
+    for bm, bn in _TILES:
+        for empty in ("nan", "zero"):
+            yield mistake.fn(q, k, v, causal, scale, bm, bn, empty=empty)[which]
+
+
+def _forward_diagnose(which, yours, args, expected, mistakes, tol, match_tol, rows):
+    for mistake in mistakes:
+        for theirs in _emulations(mistake, args, which):
+            theirs = theirs[:, :, rows]
+            if _error(theirs, expected) <= tol:
+                continue
+            if _same(yours, theirs, match_tol):
+                return mistake
+    return None
+
+
+def _forward_failure(name, stages, case, what, yours, expected, err, tol, mistake) -> str:
+    at = _worst_cell(yours, expected)
+    b, h, i = at[:3]
+    err_text = "NaN or inf" if not math.isfinite(err) else f"{err:.2e}"
+    lines = [
+        _stage_line(name, stages, case.stage),
+        f"  case: {case.label}",
+        f"  input: {case.describe()}",
+        f"  relative error of {what}: {err_text} (tolerance {tol:.0e}); the worst row is batch "
+        f"{b}, head {h}, query {i}:",
+    ]
+    if what == "out":
+        lines.append(f"  yours:    out[{b}, {h}, {i}, :6] = {describe(yours[b, h, i, :6], 5)}")
+        lines.append(f"  expected: out[{b}, {h}, {i}, :6] = {describe(expected[b, h, i, :6], 5)}")
+    else:
+        lines.append(f"  yours:    lse[{b}, {h}, {i}] = {describe(yours[b, h, i], 7)}")
+        lines.append(f"  expected: lse[{b}, {h}, {i}] = {describe(expected[b, h, i], 7)}")
+    if mistake is not None:
+        lines.append(f"  likely mistake: {mistake.title} [misconception: {mistake.slug}]")
+        lines.append(f"  {mistake.explanation}")
+    else:
+        if np.isnan(yours).any():
+            lines.append(
+                f"  note: your {what} has NaN in {int(np.isnan(yours).sum())} of {yours.size} "
+                "entries."
+            )
+        elif math.isfinite(err) and err < 5e-2:
+            lines.append(f"  note: your values are close ({err:.1e}) but not within {tol:.0e}.")
+        lines.append(f"  No known mistake matches; this case exercises {_STAGE_FOCUS[case.stage]}.")
+    return "\n".join(lines)
+
+
+def _shape_failure(name, stages, case, out, lse, dtype) -> str | None:
+    want_out = (case.batch, case.heads, case.n_q, case.d)
+    want_lse = want_out[:3]
+    problems = []
+    if tuple(out.shape) != want_out:
+        problems.append(f"out has shape {tuple(out.shape)}, expected {want_out}")
+    elif str(out.dtype) != f"torch.{dtype}":
+        problems.append(f"out is {out.dtype}, expected q's dtype torch.{dtype}")
+    if tuple(lse.shape) != want_lse:
+        problems.append(f"lse has shape {tuple(lse.shape)}, expected (batch, heads, N_q) = "
+                        f"{want_lse}")  # fmt: skip
+    elif str(lse.dtype) != "torch.float32":
+        problems.append(f"lse is {lse.dtype}, expected torch.float32")
+    if not problems:
+        return None
+    return "\n".join(
+        [_stage_line(name, stages, case.stage), f"  case: {case.label}",
+         f"  input: {case.describe()}", *(f"  {p}" for p in problems)]
+    )  # fmt: skip
+
+
+def check_attention_fwd(attention_fwd: Callable, seed: int | None = 0, trials: int = 1) -> None:
+    """Check the learner's attention_fwd(q, k, v, causal=False, softmax_scale=None) -> (out, lse)
+    and the kernel it launches, stage by stage, against float64 attention.
+
+    out: (batch, heads, N_q, d) in q's dtype; lse: (batch, heads, N_q) float32, natural log.
+    Causal: query i sees keys 0..i (N_q == N_k). Tolerances, relative in norm: 1e-5 in float32
+    and 3e-3 in float16/bfloat16 in the interpreter; 1e-2 on a GPU (tf32 or half precision).
+
+    Raises:
+        NotImplementedError: attention_fwd is still the exercise's stub.
+        CheckFailure: the first failing stage, the case, the worst row and the mistake.
+    """
+    name = "attention_fwd"
+    with _nothing_on_stderr():
+        launches, on_gpu = _check_attention_fwd(name, attention_fwd, seed, trials)
+    where = (
+        "float16 and bfloat16 on the GPU" if on_gpu else "float32 and float16 in the interpreter"
+    )
+    print(
+        f"✓ {name}: {launches} calls match float64 attention ({where}; stages: ragged N, a "
+        "strided layout, N_q != N_k, causal, no loads above the diagonal, d = 16 to 128, dtypes, "
+        "no keys)"
+    )
+
+
+def _check_attention_fwd(name, attention_fwd, seed, trials) -> tuple[int, bool]:
+    import torch
+
+    from ..triton_attention.puzzles import run_attention_fwd
+
+    on_gpu = _on_gpu()
+    device = "cuda" if on_gpu else "cpu"
+    cases = _forward_cases(seed, trials, on_gpu)
+    stages = list(dict.fromkeys(c.stage for c in cases))
+    for case in cases:
+        (q, k, v), (q64, k64, v64) = _forward_inputs(case, torch, device)
+        try:
+            got = _launch(
+                name, attention_fwd, run_attention_fwd, q, k, v, case.causal, case.scale,
+                case.layout,
+            )  # fmt: skip
+        except _LearnerRaised as err:
+            failure = _raised_failure(name, case, err.exc)
+            raise CheckFailure(
+                _stage_line(name, stages, case.stage) + "\n" + str(failure) + _dtype_hint(err.exc)
+            ) from None
+        out_t, lse_t = got
+        shape_problem = _shape_failure(name, stages, case, out_t, lse_t, case.dtype)
+        if shape_problem:
+            raise CheckFailure(shape_problem)
+        yours = (_as_numpy(out_t), _as_numpy(lse_t))
+        expected = _forward_expected(case, q64, k64, v64)
+        rows = slice(None) if case.poison_from is None else slice(0, case.poison_from)
+        if on_gpu:
+            tol = 1e-2
+        else:
+            tol = 1e-5 if case.dtype == "float32" else 3e-3
+        match_tol = 1e-3 if case.dtype == "float32" and not on_gpu else 5e-2
+        args = (q64, k64, v64, case.causal, case.scale)
+        for which, what, mistakes in (
+            (0, "out", FORWARD_MISTAKES),
+            (1, "lse", FORWARD_LSE_MISTAKES),
+        ):
+            y, e = yours[which][:, :, rows], expected[which][:, :, rows]
+            err = _error(y, e)
+            if err <= tol:
+                continue
+            mistake = None
+            if case.n_k == 0:
+                mistake = EMPTY_KEYS if np.isnan(y).any() else None
+            elif case.poison_from is not None and np.isnan(y).any():
+                mistake = LOADS_ABOVE_DIAGONAL
+            elif case.dtype in ("float32", "float16") or on_gpu:
+                mistake = _forward_diagnose(which, y, args, e, mistakes, tol, match_tol, rows)
+            raise CheckFailure(_forward_failure(name, stages, case, what, y, e, err, tol, mistake))
+    return len(cases), on_gpu

@@ -1,0 +1,185 @@
+"""Notebook 06's launchers for the learner's own kernels: four puzzles and the whole forward.
+
+The learner writes every @triton.jit kernel of notebook 06 (and, for the last exercise, its
+launcher too). The checks do not launch them directly: they call these runners, which take the
+learner's kernel and plain tensors, lay the tensors out in memory the way the case asks (a row
+stride wider than the row, room after the last row so that a tile that runs past the end stays
+inside the allocation), launch, and return plain tensors. While a notebook is graded they run in
+the notebook's kernel, where the learner's functions live, and only tensors travel back.
+
+    run_scale_tile(kernel, x, pad, alpha, block_r, block_c)       puzzle 1: y = alpha * x, 2-D
+    run_softmax_rows(kernel, x, pad)                               puzzle 2: a softmax per row
+    run_matmul(kernel, a, b, pad, block_m, block_n, block_k)       puzzle 3: c = a @ b, fp32 acc
+    run_row_block(kernel, q, k, v, pad, qk_scale, block_n)         puzzle 4: one query tile
+    run_attention_fwd(attention_fwd, q, k, v, causal, softmax_scale, layout)   the whole forward
+    check_attention_inputs(q, k, v, causal)                        the launcher's input checks
+
+Each puzzle's runner places its input in a larger buffer: the cells a masked kernel never
+touches hold `pad` (a number the check chooses), and the output buffer starts as NaN everywhere.
+The runner returns the whole output buffer, so the check sees what the kernel wrote outside the
+matrix as well as inside it. Memory traffic of each puzzle is in the notebook, beside its stub.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton  # course_utils.triton_attention, imported first, has set up the interpreter
+
+from .forward import _check_inputs
+from .learner import check_learner_function
+
+__all__ = [
+    "check_attention_inputs",
+    "run_attention_fwd",
+    "run_matmul",
+    "run_row_block",
+    "run_scale_tile",
+    "run_softmax_rows",
+]
+
+
+def check_attention_inputs(q, k, v, causal) -> None:
+    """Refuse what the forward kernel does not handle, with an error that names the argument.
+
+    q: (batch, heads, N_q, d), k and v: (batch, heads, N_k, d), one dtype (float16, bfloat16 or
+    float32), one device, 16 <= d <= 256; causal (query i sees keys 0..i) needs N_q == N_k.
+    """
+    _check_inputs(q, k, v, causal)
+
+
+def _sync(t: torch.Tensor) -> None:
+    if t.is_cuda:
+        torch.cuda.synchronize()
+
+
+def _in_buffer(x: torch.Tensor, rows: int, cols: int, pad: float) -> torch.Tensor:
+    """x (n, m) copied into the top-left corner of a (n + rows, m + cols) buffer of `pad`."""
+    n, m = x.shape
+    buf = torch.full((n + rows, m + cols), pad, dtype=x.dtype, device=x.device)
+    buf[:n, :m] = x
+    return buf
+
+
+def run_scale_tile(kernel, x, pad: float, alpha: float, block_r: int, block_c: int):
+    """Puzzle 1: launch kernel(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, alpha,
+    BLOCK_R, BLOCK_C) on the grid (cdiv(n_rows, BLOCK_R), cdiv(n_cols, BLOCK_C)).
+
+    x: (n_rows, n_cols) float32, placed in a buffer with `block_r` more rows and `block_c + 3`
+    more columns of `pad` (so rows are n_cols + block_c + 3 elements apart).
+    Returns the whole (n_rows + block_r, n_cols + block_c + 3) output buffer, NaN where the
+    kernel wrote nothing.
+    """
+    check_learner_function(kernel, "scale_tile_kernel")
+    n_rows, n_cols = x.shape
+    x_buf = _in_buffer(x, block_r, block_c + 3, pad)
+    y_buf = torch.full_like(x_buf, float("nan"))
+    xs, ys = x_buf[:n_rows, :n_cols], y_buf[:n_rows, :n_cols]
+    grid = (triton.cdiv(n_rows, block_r), triton.cdiv(n_cols, block_c))
+    kernel[grid](
+        xs, ys, n_rows, n_cols, xs.stride(0), ys.stride(0), float(alpha),
+        BLOCK_R=block_r, BLOCK_C=block_c,
+    )  # fmt: skip
+    _sync(y_buf)
+    return y_buf
+
+
+def run_softmax_rows(kernel, x, pad: float):
+    """Puzzle 2: launch kernel(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK) on the grid
+    (n_rows,), BLOCK = next_power_of_2(n_cols).
+
+    x: (n_rows, n_cols) float32, placed in a buffer with one more row and BLOCK more columns of
+    `pad`. Returns the whole output buffer, NaN where the kernel wrote nothing.
+    """
+    check_learner_function(kernel, "softmax_rows_kernel")
+    n_rows, n_cols = x.shape
+    block = triton.next_power_of_2(n_cols)
+    x_buf = _in_buffer(x, 1, block, pad)
+    y_buf = torch.full_like(x_buf, float("nan"))
+    xs, ys = x_buf[:n_rows, :n_cols], y_buf[:n_rows, :n_cols]
+    kernel[(n_rows,)](xs, ys, n_cols, xs.stride(0), ys.stride(0), BLOCK=block)
+    _sync(y_buf)
+    return y_buf
+
+
+def run_matmul(kernel, a, b, pad: float, block_m: int, block_n: int, block_k: int):
+    """Puzzle 3: launch kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+    BLOCK_M, BLOCK_N, BLOCK_K) on the grid (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)).
+
+    a: (M, K) and b: (K, N), float16, each in a buffer with a tile's worth of `pad` below and to
+    the right; c: (M, N) float32. Returns the whole c buffer (M + block_m, N + block_n),
+    NaN where the kernel wrote nothing.
+    """
+    check_learner_function(kernel, "matmul_kernel")
+    (M, K), (_, N) = a.shape, b.shape
+    a_buf = _in_buffer(a, block_m, block_k, pad)
+    b_buf = _in_buffer(b, block_k, block_n, pad)
+    c_buf = torch.full((M + block_m, N + block_n), float("nan"), device=a.device)
+    a_s, b_s, c_s = a_buf[:M, :K], b_buf[:K, :N], c_buf[:M, :N]
+    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
+    kernel[grid](
+        a_s, b_s, c_s, M, N, K, a_s.stride(0), b_s.stride(0), c_s.stride(0),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+    )  # fmt: skip
+    _sync(c_buf)
+    return c_buf
+
+
+def run_row_block(kernel, q, k, v, pad: float, qk_scale: float, block_n: int):
+    """Puzzle 4: launch kernel(q_ptr, k_ptr, v_ptr, out_ptr, seqlen_k, stride_q, stride_k,
+    stride_v, stride_o, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM) on the grid (1,).
+
+    q: (BLOCK_M, HEAD_DIM), k and v: (seqlen_k, HEAD_DIM), float16 or float32 (both powers of
+    two, so only the keys are ragged); k and v sit in buffers with block_n more rows of `pad`.
+    Returns out (BLOCK_M, HEAD_DIM) float32, NaN where the kernel wrote nothing.
+    """
+    check_learner_function(kernel, "row_block_attention_kernel")
+    block_m, head_dim = q.shape
+    seqlen_k = k.shape[0]
+    k_buf, v_buf = (_in_buffer(t, block_n, 0, pad) for t in (k, v))
+    out = torch.full((block_m, head_dim), float("nan"), device=q.device)
+    q = q.contiguous()
+    kernel[(1,)](
+        q, k_buf, v_buf, out, seqlen_k, q.stride(0), k_buf.stride(0), v_buf.stride(0),
+        out.stride(0), float(qk_scale), BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim,
+    )  # fmt: skip
+    _sync(out)
+    return out
+
+
+def _laid_out(t: torch.Tensor, layout: str) -> torch.Tensor:
+    """t (B, H, N, d) in fresh memory: "contiguous" with 256 rows of zeros after the end (a tile
+    that runs past the last row stays inside the allocation), or "bnhd", a (B, N + 256, H, d)
+    buffer seen as (B, H, N, d): rows H * d elements apart, as when q comes from a (B, N, H*d)
+    projection."""
+    B, H, N, d = t.shape
+    if layout == "contiguous":
+        flat = torch.zeros(t.numel() + 256 * d, dtype=t.dtype, device=t.device)
+        flat[: t.numel()] = t.reshape(-1)
+        return flat[: t.numel()].view(B, H, N, d)
+    if layout == "bnhd":
+        buf = torch.zeros((B, N + 256, H, d), dtype=t.dtype, device=t.device)
+        buf[:, :N] = t.transpose(1, 2)
+        return buf[:, :N].transpose(1, 2)
+    raise ValueError(f"layout must be 'contiguous' or 'bnhd', got {layout!r}")
+
+
+def run_attention_fwd(attention_fwd, q, k, v, causal: bool, softmax_scale: float, layout: str):
+    """The whole forward: the learner's attention_fwd(q, k, v, causal=..., softmax_scale=...)
+    on q, k, v laid out as `layout` says (see _laid_out); returns its (out, lse).
+
+    Raises TypeError when attention_fwd does not return a pair of tensors.
+    """
+    q, k, v = (_laid_out(t, layout) for t in (q, k, v))
+    result = attention_fwd(q, k, v, causal=causal, softmax_scale=softmax_scale)
+    if not (
+        isinstance(result, tuple | list)
+        and len(result) == 2
+        and all(isinstance(t, torch.Tensor) for t in result)
+    ):
+        raise TypeError(
+            "attention_fwd must return the pair (out, lse) of torch tensors, got "
+            f"{type(result).__name__}"
+        )
+    out, lse = result
+    _sync(out)
+    return out, lse

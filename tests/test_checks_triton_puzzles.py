@@ -1,0 +1,490 @@
+"""Notebook 06's Triton exercises: right kernels pass (in several styles), every named mistake is
+recognized by its slug from a student-like broken kernel.
+
+Without a GPU the kernels run in Triton's interpreter on small inputs; with one (pytest -m gpu
+is not needed: the same tests run compiled) the checks use float16 and bfloat16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+import triton06_answers as A
+from checkhelp import run_quietly, slug_of
+from triton.runtime.jit import KernelInterface
+
+import course_utils.triton_attention as ta  # noqa: F401  (first: the interpreter)
+from course_utils.checks import CheckFailure
+from course_utils.checks import triton_puzzles as TP
+from course_utils.triton_attention.puzzles import check_attention_inputs
+
+
+def failure_of(check, fn) -> CheckFailure:
+    with pytest.raises(CheckFailure) as info:
+        run_quietly(check, fn)
+    return info.value
+
+
+# ---- puzzle 1 ---------------------------------------------------------------------------------
+@triton.jit
+def scale_store_unmasked(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, alpha,
+                         BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):  # fmt: skip
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    tl.store(y_ptr + rows[:, None] * stride_y + cols[None, :], alpha * x)
+
+
+@triton.jit
+def scale_off_by_one(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, alpha,
+                     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):  # fmt: skip
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (rows[:, None] <= n_rows) & (cols[None, :] <= n_cols)
+    x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    tl.store(y_ptr + rows[:, None] * stride_y + cols[None, :], alpha * x, mask=mask)
+
+
+@triton.jit
+def scale_rows_only(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, alpha,
+                    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):  # fmt: skip
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = rows[:, None] < n_rows
+    x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    tl.store(y_ptr + rows[:, None] * stride_y + cols[None, :], alpha * x, mask=mask)
+
+
+@triton.jit
+def scale_contiguous(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, alpha,
+                     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):  # fmt: skip
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    x = tl.load(x_ptr + rows[:, None] * n_cols + cols[None, :], mask=mask, other=0.0)
+    tl.store(y_ptr + rows[:, None] * n_cols + cols[None, :], alpha * x, mask=mask)
+
+
+@triton.jit
+def scale_pid(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, alpha,
+              BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):  # fmt: skip
+    rows = tl.program_id(0) + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) + tl.arange(0, BLOCK_C)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    tl.store(y_ptr + rows[:, None] * stride_y + cols[None, :], alpha * x, mask=mask)
+
+
+@triton.jit
+def scale_flat_mask(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, alpha,
+                    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):  # fmt: skip
+    """Right, in another style: row and column masks built apart, no other= (never stored)."""
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)[:, None]
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)[None, :]
+    inside = (r < n_rows) & (c < n_cols)
+    tl.store(y_ptr + r * stride_y + c, tl.load(x_ptr + r * stride_x + c, mask=inside) * alpha,
+             mask=inside)  # fmt: skip
+
+
+def test_scale_tile_right():
+    assert "✓ scale_tile_kernel" in run_quietly(TP.check_scale_tile, A.scale_tile_kernel)
+    assert "✓" in run_quietly(TP.check_scale_tile, scale_flat_mask)
+
+
+@pytest.mark.parametrize(
+    "kernel, slug",
+    [
+        (scale_store_unmasked, "store-unmasked"),
+        (scale_off_by_one, "mask-off-by-one"),
+        (scale_rows_only, "mask-one-dimension"),
+        (scale_contiguous, "row-stride-n-cols"),
+        (scale_pid, "pid-not-multiplied"),
+    ],
+)
+def test_scale_tile_mistakes(kernel, slug):
+    assert slug_of(failure_of(TP.check_scale_tile, kernel)) == slug
+
+
+# ---- puzzle 2 ---------------------------------------------------------------------------------
+@triton.jit
+def softmax_missing_other(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride_x + cols, mask=cols < n_cols)
+    p = tl.exp(x - tl.max(x, 0))
+    tl.store(y_ptr + row * stride_y + cols, p / tl.sum(p, 0), mask=cols < n_cols)
+
+
+@triton.jit
+def softmax_unstable(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+    p = tl.exp(x)
+    tl.store(y_ptr + row * stride_y + cols, p / tl.sum(p, 0), mask=cols < n_cols)
+
+
+@triton.jit
+def softmax_off_by_one(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride_x + cols, mask=cols <= n_cols, other=float("-inf"))
+    p = tl.exp(x - tl.max(x, 0))
+    tl.store(y_ptr + row * stride_y + cols, p / tl.sum(p, 0), mask=cols <= n_cols)
+
+
+@triton.jit
+def softmax_store_unmasked(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+    p = tl.exp(x - tl.max(x, 0))
+    tl.store(y_ptr + row * stride_y + cols, p / tl.sum(p, 0))
+
+
+@triton.jit
+def softmax_exp2(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    """Right, in another style: base 2, the row's pointer moved first."""
+    row = tl.program_id(0)
+    x_ptr += row * stride_x
+    y_ptr += row * stride_y
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + cols, mask=cols < n_cols, other=-float("inf")) * 1.4426950408889634
+    e = tl.math.exp2(x - tl.max(x, axis=0))
+    tl.store(y_ptr + cols, e / tl.sum(e, axis=0), mask=cols < n_cols)
+
+
+def test_softmax_rows_right():
+    assert "✓ softmax_rows_kernel" in run_quietly(TP.check_softmax_rows, A.softmax_rows_kernel)
+    assert "✓" in run_quietly(TP.check_softmax_rows, softmax_exp2)
+
+
+@pytest.mark.parametrize(
+    "kernel, slug",
+    [
+        (softmax_missing_other, "missing-other"),
+        (softmax_unstable, "unstable-softmax"),
+        (softmax_off_by_one, "mask-off-by-one"),
+        (softmax_store_unmasked, "store-unmasked"),
+    ],
+)
+def test_softmax_rows_mistakes(kernel, slug):
+    assert slug_of(failure_of(TP.check_softmax_rows, kernel)) == slug
+
+
+# ---- puzzle 3 ---------------------------------------------------------------------------------
+@triton.jit
+def matmul_k_unmasked(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr):  # fmt: skip
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + offs_k[None, :],
+                    mask=offs_m[:, None] < M, other=0.0)  # fmt: skip
+        b = tl.load(b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :],
+                    mask=offs_n[None, :] < N, other=0.0)  # fmt: skip
+        acc += tl.dot(a, b)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc, mask=mask)
+
+
+@triton.jit
+def matmul_store_unmasked(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr):  # fmt: skip
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + offs_k[None, :],
+                    mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)  # fmt: skip
+        b = tl.load(b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :],
+                    mask=(offs_k[:, None] < K) & (offs_n[None, :] < N), other=0.0)  # fmt: skip
+        acc += tl.dot(a, b)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc)
+
+
+@triton.jit
+def matmul_fp16_acc(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr):  # fmt: skip
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float16)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + offs_k[None, :],
+                    mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)  # fmt: skip
+        b = tl.load(b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :],
+                    mask=(offs_k[:, None] < K) & (offs_n[None, :] < N), other=0.0)  # fmt: skip
+        acc = (acc + tl.dot(a, b)).to(tl.float16)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc.to(tl.float32), mask=mask)
+
+
+def test_matmul_right():
+    assert "✓ matmul_kernel" in run_quietly(TP.check_matmul, A.matmul_kernel)
+
+
+@pytest.mark.parametrize(
+    "kernel, slug",
+    [
+        (matmul_k_unmasked, "k-mask-missing"),
+        (matmul_store_unmasked, "store-unmasked"),
+        (matmul_fp16_acc, "acc-dtype"),
+    ],
+)
+def test_matmul_mistakes(kernel, slug):
+    assert slug_of(failure_of(TP.check_matmul, kernel)) == slug
+
+
+# ---- puzzle 4 and the whole forward: one configurable student-like kernel ----------------------
+# BUG codes: 0 none, 1 tl.exp, 2 l_i not rescaled... each a one-line slip a learner makes.
+NONE, EXP, NO_L_RESCALE, NO_DIVIDE, NO_CAST, UNMASKED = (tl.constexpr(i) for i in range(6))
+LSE2, KEY_OFF_BY_ONE, BLOCK_SHORT, ONE_TOO_MANY = (tl.constexpr(i) for i in range(6, 10))
+LOG2E_TWICE, CAUSAL_LT = tl.constexpr(10), tl.constexpr(11)
+
+
+@triton.jit
+def _update(acc, m_i, l_i, q, k, v, s_mask, qk_scale, BUG: tl.constexpr):
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    if BUG == LOG2E_TWICE:
+        s = s * 1.4426950408889634
+    s = tl.where(s_mask, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    if BUG == EXP:
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+    else:
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+    if BUG == NO_L_RESCALE:
+        l_i = l_i + tl.sum(p, 1)
+    else:
+        l_i = l_i * alpha + tl.sum(p, 1)
+    if BUG == NO_CAST:
+        acc = acc * alpha[:, None] + tl.dot(p, v)
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def row_block_buggy(q_ptr, k_ptr, v_ptr, out_ptr, seqlen_k, stride_q, stride_k, stride_v,
+                    stride_o, qk_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    HEAD_DIM: tl.constexpr, BUG: tl.constexpr):  # fmt: skip
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + offs_m[:, None] * stride_q + offs_d[None, :])
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for start_n in range(0, seqlen_k, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        if BUG == UNMASKED:
+            kv_mask = offs_n[:, None] >= 0
+            s_mask = offs_n[None, :] >= 0
+        else:
+            kv_mask = offs_n[:, None] < seqlen_k
+            s_mask = offs_n[None, :] < seqlen_k
+        k = tl.load(k_ptr + offs_n[:, None] * stride_k + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + offs_n[:, None] * stride_v + offs_d[None, :], mask=kv_mask, other=0.0)
+        acc, m_i, l_i = _update(acc, m_i, l_i, q, k, v, s_mask, qk_scale, BUG)
+    if BUG == NO_DIVIDE:
+        out = acc
+    else:
+        out = acc / l_i[:, None]
+    tl.store(out_ptr + offs_m[:, None] * stride_o + offs_d[None, :], out)
+
+
+class _WithBug(KernelInterface):
+    """A kernel with its BUG argument bound: what a learner's kernel with that one slip is."""
+
+    def __init__(self, kernel, bug):
+        self.kernel, self.bug, self.fn = kernel, bug.value, kernel.fn
+
+    def run(self, *args, grid, warmup=False, **kwargs):
+        return self.kernel.run(*args, grid=grid, warmup=warmup, BUG=self.bug, **kwargs)
+
+
+def _with_bug(kernel, bug):
+    return _WithBug(kernel, bug)
+
+
+def test_row_block_right():
+    assert "✓ row_block" in run_quietly(TP.check_row_block, A.row_block_attention_kernel)
+    assert "✓" in run_quietly(TP.check_row_block, _with_bug(row_block_buggy, NONE))
+
+
+@pytest.mark.parametrize(
+    "bug, slug",
+    [
+        (EXP, "exp-vs-exp2"),
+        (NO_L_RESCALE, "rescale-acc-not-l"),
+        (NO_DIVIDE, "no-final-divide"),
+        (UNMASKED, "ragged-tile"),
+        (NO_CAST, "dot-dtype-mismatch"),
+    ],
+)
+def test_row_block_mistakes(bug, slug):
+    assert slug_of(failure_of(TP.check_row_block, _with_bug(row_block_buggy, bug))) == slug
+
+
+@triton.jit
+def fwd_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr,
+    stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_on,
+    num_heads, seqlen_q, seqlen_k, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, BUG: tl.constexpr, GUARD: tl.constexpr,
+):  # fmt: skip
+    """One masked loop over every K/V tile up to the causal bound (no two-phase split)."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // num_heads
+    h = bh % num_heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    q_mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
+    q_base = q_ptr + b * stride_qb + h * stride_qh
+    q = tl.load(q_base + offs_m[:, None] * stride_qn + offs_d[None, :], mask=q_mask, other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    hi = seqlen_k
+    if CAUSAL:
+        hi = tl.minimum((pid_m + 1) * BLOCK_M, seqlen_k)
+        if BUG == BLOCK_SHORT:
+            hi = pid_m * BLOCK_M
+        if BUG == ONE_TOO_MANY:
+            hi = tl.minimum((pid_m + 1) * BLOCK_M + BLOCK_N, seqlen_k)
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
+        k = tl.load(k_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn
+                    + offs_d[None, :], mask=kv_mask, other=0.0)  # fmt: skip
+        v = tl.load(v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn
+                    + offs_d[None, :], mask=kv_mask, other=0.0)  # fmt: skip
+        if BUG == KEY_OFF_BY_ONE:
+            s_mask = offs_n[None, :] <= seqlen_k
+        elif BUG == UNMASKED:
+            s_mask = offs_n[None, :] >= 0
+        else:
+            s_mask = offs_n[None, :] < seqlen_k
+        if CAUSAL:
+            if BUG == CAUSAL_LT:
+                s_mask = s_mask & (offs_n[None, :] < offs_m[:, None])
+            else:
+                s_mask = s_mask & (offs_n[None, :] <= offs_m[:, None])
+        acc, m_i, l_i = _update(acc, m_i, l_i, q, k, v, s_mask, qk_scale, BUG)
+    if GUARD:
+        l_i = tl.where(l_i > 0, l_i, 1.0)
+    out = acc / l_i[:, None]
+    if BUG == LSE2:
+        lse = m_i + tl.math.log2(l_i)
+    else:
+        lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+    tl.store(lse_ptr + bh * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
+    o_base = out_ptr + b * stride_ob + h * stride_oh
+    tl.store(o_base + offs_m[:, None] * stride_on + offs_d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=q_mask)  # fmt: skip
+
+
+def make_fwd(
+    bug=NONE, block_m=16, block_n=16, guard=False, empty_check=True, scale_arg=True, twice=False
+):
+    """A learner's launcher around fwd_kernel, with one slip or none."""
+
+    def attention_fwd(q, k, v, causal=False, softmax_scale=None):
+        check_attention_inputs(q, k, v, causal)
+        batch, heads, n_q, d = q.shape
+        n_k = k.shape[2]
+        if softmax_scale is None or not scale_arg:
+            softmax_scale = 1 / math.sqrt(d)
+        if ta.INTERPRETER and q.dtype == torch.bfloat16:
+            out, lse = attention_fwd(q.float(), k.float(), v.float(), causal, softmax_scale)
+            return out.bfloat16(), lse
+        out = torch.empty_like(q)
+        lse = torch.empty((batch, heads, n_q), device=q.device)
+        if empty_check and n_k == 0:
+            return out.zero_(), lse.fill_(-math.inf)
+        if twice:  # softmax_scale folded into qk_scale, and again
+            softmax_scale = softmax_scale * softmax_scale
+        grid = (triton.cdiv(n_q, block_m), batch * heads)
+        fwd_kernel[grid](
+            q, k, v, out, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            *out.stride()[:3], heads, n_q, n_k, softmax_scale * 1.4426950408889634,
+            HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=block_m,
+            BLOCK_N=block_n, CAUSAL=causal, BUG=bug.value, GUARD=guard,
+        )  # fmt: skip
+        return out, lse
+
+    return attention_fwd
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        A.attention_fwd,  # two phases, 32 x 16 tiles
+        make_fwd(),  # one masked loop, 16 x 16
+        make_fwd(block_m=64, block_n=32, guard=True, empty_check=False),  # guard l_i == 0
+    ],
+    ids=["two-phase", "one-loop", "guarded-64x32"],
+)
+def test_attention_fwd_right(fn):
+    assert "✓ attention_fwd" in run_quietly(TP.check_attention_fwd, fn)
+
+
+@pytest.mark.parametrize(
+    "fn, slug",
+    [
+        (make_fwd(EXP), "exp-vs-exp2"),
+        (make_fwd(twice=True, block_m=32), "scale-folded-twice"),
+        (make_fwd(KEY_OFF_BY_ONE), "mask-off-by-one"),
+        (make_fwd(UNMASKED, block_m=32), "ragged-tile"),
+        (make_fwd(scale_arg=False), "softmax-scale-ignored"),
+        (make_fwd(LSE2), "base2-lse"),
+        (make_fwd(CAUSAL_LT), "causal-off-by-one"),
+        (make_fwd(BLOCK_SHORT, block_m=32), "causal-tile-bound"),
+        (make_fwd(BLOCK_SHORT, block_m=32, guard=True), "causal-tile-bound"),
+        (make_fwd(ONE_TOO_MANY), "loads-above-diagonal"),
+        (make_fwd(NO_CAST), "dot-dtype-mismatch"),
+        (make_fwd(empty_check=False), "empty-keys"),
+    ],
+    ids=lambda x: x if isinstance(x, str) else "",
+)
+def test_attention_fwd_mistakes(fn, slug):
+    failure = failure_of(TP.check_attention_fwd, fn)
+    assert slug_of(failure) == slug, str(failure)
+
+
+def test_attention_fwd_names_the_stage():
+    text = str(failure_of(TP.check_attention_fwd, make_fwd(CAUSAL_LT)))
+    assert "stage 5 of 9 (causal) fails" in text
+    assert "stage 4 (N_q != N_k) passes" in text
+
+
+def test_stub_raises_not_implemented():
+    def attention_fwd(q, k, v, causal=False, softmax_scale=None):
+        raise NotImplementedError()
+
+    with pytest.raises(NotImplementedError):
+        TP.check_attention_fwd(attention_fwd)
+
+    @triton.jit
+    def scale_tile_kernel(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, alpha,
+                          BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):  # fmt: skip
+        raise NotImplementedError()
+
+    with pytest.raises(NotImplementedError):
+        TP.check_scale_tile(scale_tile_kernel)
