@@ -90,6 +90,9 @@ NAMED_MISTAKES = {
     "07_backward": [
         ("softmax_backward_rows", "forgot-D", "return P * (dP - D)", "return P * dP"),
     ],
+    "08_triton_backward": [
+        ("bwd_dq_kernel", "dq-not-scaled", "dq = dq * softmax_scale", "dq = dq * 1.0"),
+    ],
 }
 
 # The students of core(): one name per kind, the same student across the seven notebooks

@@ -75,9 +75,9 @@ def forward64(q, k, v, causal, scale):
 
 
 def emulate_backward(
-    q, k, v, do, lse, delta, causal, scale, *,
+    q, k, v, do, lse, delta, causal, scale, block_m=16, block_n=16, *,
     p_form: str = "right", forgot_d: bool = False, ds_sign: int = 1, grad_scale: str = "once",
-    mask: str = "c<=r", heads: str = "all",
+    mask: str = "c<=r", heads: str = "all", kernel: str | None = None,
 ):  # fmt: skip
     """(dq, dk, dv) in float64 as the kernels compute them from lse and D, with one bug or none.
 
@@ -86,9 +86,18 @@ def emulate_backward(
     forgot_d: dS = P * dP.  ds_sign=-1: dS = P * (D - dP).  grad_scale: "once" (dQ = s dS K,
     dK = s dS^T Q), "none" or "twice".  mask: the causal mask "c<=r", "c<r", "c<=r+1" or "none".
     heads: "all", or "first" (every program reads and writes head (0, 0): the rest stays NaN).
+    kernel: "dkdv" or "dq": with causal, only the tile pairs that kernel visits when it skips the
+    tiles above the diagonal (block_m, block_n: its tiles) can contribute, whatever the mask.
     """
     s = q @ k.swapaxes(-1, -2)
     visible = _visible(q.shape[2], k.shape[2], causal, mask)
+    if causal and kernel is not None:
+        rows = (np.arange(q.shape[2]) // block_m * block_m)[:, None]  # each query's tile start
+        cols = (np.arange(k.shape[2]) // block_n * block_n)[None, :]  # each key's tile start
+        if kernel == "dkdv":  # the loop starts at the query tile holding the key tile's start
+            visible = visible & (rows >= cols // block_m * block_m)
+        else:  # the loop stops at the query tile's end
+            visible = visible & (cols < rows + block_m)
     with np.errstate(all="ignore"):
         lse_ = lse[..., None]
         p = {
@@ -190,9 +199,17 @@ _DQ_SCALE = _mistake(
     "after the loop.", grad_scale="none",
 )  # fmt: skip
 
-DKDV_MISTAKES = [*_SHARED, _DK_SCALE, _DK_TWICE]
-DQ_MISTAKES = [*_SHARED, _DQ_SCALE, dataclasses.replace(_DK_TWICE, explanation=(
-    "softmax_scale enters the gradient once: dQ = softmax_scale * dS K."))]  # fmt: skip
+
+def _for_kernel(mistakes, kernel):
+    return [
+        dataclasses.replace(m, fn=functools.partial(m.fn.func, **m.fn.keywords, kernel=kernel))
+        for m in mistakes
+    ]
+
+
+DKDV_MISTAKES = _for_kernel([*_SHARED, _DK_SCALE, _DK_TWICE], "dkdv")
+DQ_MISTAKES = _for_kernel([*_SHARED, _DQ_SCALE, dataclasses.replace(_DK_TWICE, explanation=(
+    "softmax_scale enters the gradient once: dQ = softmax_scale * dS K."))], "dq")  # fmt: skip
 
 NO_CAUSAL_SKIP = Mistake(
     "no-causal-skip",
@@ -208,6 +225,8 @@ def _delta_variant(out, do, *, bug: str | None = None):
     d = (out * do).sum(axis=-1)
     if bug == "heads":
         d = _first_head_only(d[..., None])[..., 0]
+    if bug == "heads-copy":  # the loads miss the head's offset, the store has it
+        d = np.broadcast_to(d[:1, :1], d.shape).copy()
     if bug == "half":  # products and sum in float16
         d = (out.astype(np.float16) * do.astype(np.float16)).sum(axis=-1, dtype=np.float16)
         d = d.astype(np.float64)
@@ -220,6 +239,12 @@ PREPROCESS_MISTAKES = [
         "Program (pid, bh) reads the rows of head bh = b * H + h, bh * N * HEAD_DIM elements "
         "into out and dO, and writes D at bh * N + row.",
         functools.partial(_delta_variant, bug="heads"),
+    ),
+    Mistake(
+        "head-offset-missing", "every program reads head (0, 0): the bh offset is missing",
+        "Program (pid, bh) reads the rows of head bh = b * H + h, bh * N * HEAD_DIM elements "
+        "into out and dO; without the offset every head gets head 0's D.",
+        functools.partial(_delta_variant, bug="heads-copy"),
     ),
     Mistake(
         "d-in-half-precision", "D summed in the inputs' half precision",
@@ -475,7 +500,7 @@ def check_bwd_preprocess(kernel: Callable, seed: int | None = 0, trials: int = 1
             delta = _call(name, runner, case, out, do, allow=("run_learner_preprocess",))
             yours = delta.double().numpy()
             expected = _delta_variant(out64, do64)[0]
-            tol = _tolerance(case.dtype)
+            tol = 1e-4 if _on_gpu() else 1e-5  # float32 sums of exact products, any input dtype
             err = _rel_err(yours, expected)
             if err < tol:
                 continue
@@ -505,7 +530,8 @@ def _check_grad_kernel(name, kernel, run_name, outputs, mistakes, seed, trials) 
             case.block_n, allow=(run_name,),
         )  # fmt: skip
         yours = tuple(r.double().numpy() for r in result[: len(outputs)])
-        args = (q64, k64, v64, do64, lse64, delta64, case.causal, case.scale)
+        args = (q64, k64, v64, do64, lse64, delta64, case.causal, case.scale, case.block_m,
+                case.block_n)  # fmt: skip
         expected = pick(emulate_backward(*args))
         tol = _tolerance(case.dtype)
         errs = [_rel_err(y, e) for y, e in zip(yours, expected, strict=True)]
