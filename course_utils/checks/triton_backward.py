@@ -315,7 +315,8 @@ def _ampere_or_newer() -> bool:
     return torch.cuda.get_device_capability()[0] >= 8
 
 
-def _kernel_cases(seed, trials: int) -> list[BwdCase]:
+def _kernel_cases(seed, trials: int, fixed: bool = True) -> list[BwdCase]:
+    """The fixed cases, stage by stage (unless fixed=False), then `trials` random ones."""
     if _on_gpu():
         cases = [
             BwdCase("one tile", "one tile", 1, 1, 64, 64, 64, False, 64, 64, "float16", 1),
@@ -342,6 +343,8 @@ def _kernel_cases(seed, trials: int) -> list[BwdCase]:
                     True, seed=6, softmax_scale=0.3),
             BwdCase("float16", "float16", 1, 1, 33, 33, 32, False, dtype="float16", seed=7),
         ]  # fmt: skip
+    if not fixed:
+        cases = []
     rng = np.random.default_rng(seed)
     for t in range(trials):
         causal = bool(rng.integers(2))
@@ -484,11 +487,15 @@ def _diagnose(yours: tuple, args: tuple, expected: tuple, mistakes, pick, tol, m
 
 
 # ---- exercise 1: D ------------------------------------------------------------------------------
-def check_bwd_preprocess(kernel: Callable, seed: int | None = 0, trials: int = 1) -> None:
-    """Check bwd_preprocess_kernel: D (B, H, N_q) float32 = rowsum(dO * O), against float64."""
+def check_bwd_preprocess(
+    kernel: Callable, seed: int | None = 0, trials: int = 1, fixed: bool = True
+) -> None:
+    """Check bwd_preprocess_kernel: D (B, H, N_q) float32 = rowsum(dO * O), against float64.
+
+    fixed=False runs only the `trials` random cases (the hidden tests, after the fixed ones)."""
     name = "bwd_preprocess_kernel"
     with _nothing_on_stderr():
-        cases = _kernel_cases(seed, trials)
+        cases = _kernel_cases(seed, trials, fixed)
         runner = _runner(kernel, "run_learner_preprocess")
         stages = _stages(cases)
         for case in cases:
@@ -517,8 +524,8 @@ def _where() -> str:
 
 
 # ---- exercises 2 and 3: dK/dV and dQ ------------------------------------------------------------
-def _check_grad_kernel(name, kernel, run_name, outputs, mistakes, seed, trials) -> str:
-    cases = _kernel_cases(seed, trials)
+def _check_grad_kernel(name, kernel, run_name, outputs, mistakes, seed, trials, fixed) -> str:
+    cases = _kernel_cases(seed, trials, fixed)
     runner = _runner(kernel, run_name)
     stages = _stages(cases)
     index = {"dq": 0, "dk": 1, "dv": 2}
@@ -545,7 +552,7 @@ def _check_grad_kernel(name, kernel, run_name, outputs, mistakes, seed, trials) 
             name, case, outputs[worst], yours[worst], expected[worst], errs[worst], tol, mistake,
             stages,
         )  # fmt: skip
-    skip = _causal_skip_rule(name, runner, run_name)
+    skip = _causal_skip_rule(name, runner, run_name) if fixed else ""
     return f"{len(cases)} launches match float64 ({_where()}; ragged N, N_q != N_k, causal, d " \
         f"padded, several heads){skip}"  # fmt: skip
 
@@ -577,17 +584,21 @@ def _causal_skip_rule(name, runner, run_name) -> str:
     return f"; causal runs {counts[0]} tl.dot against {counts[1]}: the tiles above are skipped"
 
 
-def check_dkdv_kernel(kernel: Callable, seed: int | None = 0, trials: int = 1) -> None:
+def check_dkdv_kernel(
+    kernel: Callable, seed: int | None = 0, trials: int = 1, fixed: bool = True
+) -> None:
     """Check bwd_dkdv_kernel: dK and dV given float32 lse and D, and its causal tile skipping."""
     name = "bwd_dkdv_kernel"
     with _nothing_on_stderr():
         what = _check_grad_kernel(
-            name, kernel, "run_learner_dkdv", ("dk", "dv"), DKDV_MISTAKES, seed, trials
+            name, kernel, "run_learner_dkdv", ("dk", "dv"), DKDV_MISTAKES, seed, trials, fixed
         )
     print(f"✓ {name}: {what}")
 
 
-def check_dq_kernel(kernel: Callable, seed: int | None = 0, trials: int = 1) -> None:
+def check_dq_kernel(
+    kernel: Callable, seed: int | None = 0, trials: int = 1, fixed: bool = True
+) -> None:
     """Check bwd_dq_kernel: dQ given float32 lse and D, and its causal tile skipping."""
     name = "bwd_dq_kernel"
     with _nothing_on_stderr():
