@@ -110,6 +110,9 @@ NAMED_MISTAKES = {
             "out = out_partial.mean(dim=2)",
         ),
     ],
+    "08_triton_backward": [
+        ("bwd_dq_kernel", "dq-not-scaled", "dq = dq * softmax_scale", "dq = dq * 1.0"),
+    ],
 }
 
 # The students of core(): one name per kind, the same student across the seven notebooks

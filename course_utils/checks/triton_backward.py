@@ -1,0 +1,927 @@
+"""Checks for notebook 08, the FlashAttention-2 backward in Triton.
+
+    check_bwd_preprocess(kernel)        D = rowsum(dO * O) by the learner's preprocess kernel
+    check_dkdv_kernel(kernel)           dK, dV by the learner's kernel (K/V stationary), given
+                                        the check's own float32 lse and D; causal tile skipping
+    check_dq_kernel(kernel)             dQ by the learner's kernel (Q stationary)
+    check_attention_function(function)  the learner's torch.autograd.Function: what it saves
+                                        (grad_fn.saved_tensors) and its gradients, against
+                                        float64 autograd and float64 finite differences
+    check_quick_*(answer)               the notebook's quick checks
+
+Where things run. Each kernel is launched by course_utils.triton_attention.learner_backward
+(run_learner_*), through call_learner: in the learner's kernel when a submission is graded, so
+only tensors (and a count of tl.dot) come back. Everything else happens here, in the caller's
+process: the float64 references (torch autograd of naive attention), the float64 replays of known
+mistakes (a mistake is named only when its replay matches the learner's output on the failing
+case), the inspection of the saved tensors, and the finite-difference test of the gradients.
+
+Tolerances (relative error, ||yours - expected|| / ||expected||): float32 in Triton's interpreter
+1e-4 (the kernels' only error is float32 rounding, about 1e-7); float16 2e-3 in the interpreter;
+on a GPU 1e-2 in float16 and 3e-2 in bfloat16 (tl.dot rounds P and dS to the input dtype).
+Nothing the launches write reaches stderr (see triton_kernel._nothing_on_stderr).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._core import CheckFailure, Mistake, _LearnerRaised, _stage_header, call_learner, describe
+from ._core import hinted_answer as _hinted
+from .triton_kernel import _nothing_on_stderr, _raised_failure, _rel_err, _same
+
+__all__ = [
+    "DKDV_MISTAKES",
+    "DQ_MISTAKES",
+    "FUNCTION_MISTAKES",
+    "PREPROCESS_MISTAKES",
+    "check_attention_function",
+    "check_bwd_preprocess",
+    "check_dkdv_kernel",
+    "check_dq_kernel",
+    "check_quick_causal_query_tiles",
+    "check_quick_matmuls",
+    "check_quick_saved_bytes",
+    "emulate_backward",
+]
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+_RUNNERS = "course_utils.triton_attention.learner_backward"
+
+
+# ---- float64 references and replays of known mistakes ------------------------------------------
+def _visible(n_q: int, n_k: int, causal: bool, mask: str = "c<=r") -> np.ndarray:
+    rows, cols = np.arange(n_q)[:, None], np.arange(n_k)[None, :]
+    if not causal or mask == "none":
+        return np.ones((n_q, n_k), dtype=bool)
+    return {"c<=r": cols <= rows, "c<r": cols < rows, "c<=r+1": cols <= rows + 1}[mask]
+
+
+def forward64(q, k, v, causal, scale):
+    """float64 out (B, H, N_q, d) and lse (B, H, N_q) of attention (the scores materialized)."""
+    s = scale * (q @ k.swapaxes(-1, -2))
+    s = np.where(_visible(q.shape[2], k.shape[2], causal), s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - m)
+    l = p.sum(axis=-1, keepdims=True)
+    return (p / l) @ v, (m + np.log(l))[..., 0]
+
+
+def emulate_backward(
+    q, k, v, do, lse, delta, causal, scale, block_m=16, block_n=16, *,
+    p_form: str = "right", forgot_d: bool = False, ds_sign: int = 1, grad_scale: str = "once",
+    mask: str = "c<=r", heads: str = "all", kernel: str | None = None,
+):  # fmt: skip
+    """(dq, dk, dv) in float64 as the kernels compute them from lse and D, with one bug or none.
+
+    p_form: "right" P = exp(s S - lse); "no-lse" P = exp(s S); "lse-base2" P = exp2(s log2(e) S
+    - lse) (lse not converted to base 2); "exp-vs-exp2" P = exp(s log2(e) S - log2(e) lse).
+    forgot_d: dS = P * dP.  ds_sign=-1: dS = P * (D - dP).  grad_scale: "once" (dQ = s dS K,
+    dK = s dS^T Q), "none" or "twice".  mask: the causal mask "c<=r", "c<r", "c<=r+1" or "none".
+    heads: "all", or "first" (every program reads and writes head (0, 0): the rest stays NaN).
+    kernel: "dkdv" or "dq": with causal, only the tile pairs that kernel visits when it skips the
+    tiles above the diagonal (block_m, block_n: its tiles) can contribute, whatever the mask.
+    """
+    s = q @ k.swapaxes(-1, -2)
+    visible = _visible(q.shape[2], k.shape[2], causal, mask)
+    if causal and kernel is not None:
+        rows = (np.arange(q.shape[2]) // block_m * block_m)[:, None]  # each query's tile start
+        cols = (np.arange(k.shape[2]) // block_n * block_n)[None, :]  # each key's tile start
+        if kernel == "dkdv":  # the loop starts at the query tile holding the key tile's start
+            visible = visible & (rows >= cols // block_m * block_m)
+        else:  # the loop stops at the query tile's end
+            visible = visible & (cols < rows + block_m)
+    with np.errstate(all="ignore"):
+        lse_ = lse[..., None]
+        p = {
+            "right": lambda: np.exp(scale * s - lse_),
+            "no-lse": lambda: np.exp(scale * s),
+            "lse-base2": lambda: np.exp2(scale * LOG2E * s - lse_),
+            "exp-vs-exp2": lambda: np.exp(LOG2E * (scale * s - lse_)),
+        }[p_form]()
+        p = np.where(visible, p, 0.0)
+        dv = p.swapaxes(-1, -2) @ do
+        dp = do @ v.swapaxes(-1, -2)
+        ds = p * dp if forgot_d else ds_sign * p * (dp - delta[..., None])
+        factor = {"once": scale, "none": 1.0, "twice": scale * scale}[grad_scale]
+        dq = factor * (ds @ k)
+        dk = factor * (ds.swapaxes(-1, -2) @ q)
+    grads = (dq, dk, dv)
+    if heads == "first":
+        grads = tuple(_first_head_only(g) for g in grads)
+    return grads
+
+
+def _first_head_only(x: np.ndarray) -> np.ndarray:
+    y = np.full_like(x, np.nan)
+    y[0, 0] = x[0, 0]
+    return y
+
+
+def reference_grads(q, k, v, do, causal, scale):
+    """float64 (dq, dk, dv) of naive attention by torch autograd (the check's oracle)."""
+    import torch
+
+    x = [torch.from_numpy(np.array(t, dtype=np.float64)).requires_grad_(True) for t in (q, k, v)]
+    s = scale * x[0] @ x[1].transpose(-1, -2)
+    if causal:
+        keep = torch.from_numpy(_visible(q.shape[2], k.shape[2], True))
+        s = s.masked_fill(~keep, float("-inf"))
+    out = torch.softmax(s, dim=-1) @ x[2]
+    out.backward(torch.from_numpy(np.array(do, dtype=np.float64)))
+    return tuple(t.grad.numpy() for t in x)
+
+
+def _mistake(slug, title, explanation, **bug):
+    return Mistake(slug, title, explanation, functools.partial(emulate_backward, **bug))
+
+
+_P = (
+    "P is recomputed from the forward's lse, never from a new max and sum: "
+    "P = exp(softmax_scale * S - lse) = exp2(S * softmax_scale * log2(e) - lse * log2(e)). "
+)
+_CAUSAL = (
+    "Query i sees key j exactly when j <= i: in the dK/dV kernel's transposed tile, "
+    "offs_n[:, None] <= offs_m[None, :]; in the dQ kernel, offs_n[None, :] <= offs_m[:, None]. "
+)
+_SHARED = [
+    _mistake(
+        "head-offset-missing", "every program works on head (0, 0): the bh offset is missing",
+        "Program (pid, bh) owns head bh = b * H + h; its rows start bh * N * HEAD_DIM elements "
+        "into q, k, v, dO, dq, dk, dv and bh * N into lse and D. Without the offset every "
+        "program reads and writes head 0, and the other heads are never written.",
+        heads="first",
+    ),
+    _mistake("lse-not-subtracted", "P = exp(S * scale) without subtracting lse",
+             _P + "Without lse the rows do not sum to 1: P is the forward's p times exp(lse).",
+             p_form="no-lse"),
+    _mistake("lse-units", "lse subtracted in natural-log units from a base-2 exponent",
+             _P + "With exp2, both terms must be in base 2: lse * log2(e), not lse.",
+             p_form="lse-base2"),
+    _mistake("exp-vs-exp2", "tl.exp on base-2 scores (qk_scale = scale * log2(e) with tl.exp)",
+             _P + "qk_scale holds log2(e): it goes with tl.math.exp2, or use tl.exp with "
+             "softmax_scale alone.", p_form="exp-vs-exp2"),
+    _mistake("forgot-D", "dS = P * dP: D is not subtracted",
+             "The softmax backward is dS = P * (dP - D) with D_i = rowsum(dO_i * O_i): the "
+             "rows of P sum to 1, so a change of one score takes weight from every other.",
+             forgot_d=True),
+    _mistake("ds-sign", "dS = P * (D - dP): the sign of dS is flipped",
+             "dS = P * (dP - D): dP first. With the sign flipped every gradient through S points "
+             "the wrong way.", ds_sign=-1),
+    _mistake("causal-off-by-one", "the causal mask hides the diagonal (key j < query i)",
+             _CAUSAL + "A query sees its own key.", mask="c<r"),
+    _mistake("causal-off-by-one", "the causal mask lets a query see the next key",
+             _CAUSAL, mask="c<=r+1"),
+    _mistake("causal-mask-missing", "CAUSAL is ignored: no mask inside the diagonal tile",
+             _CAUSAL + "Skipping the tiles that lie wholly above the diagonal is not enough: the "
+             "tile that crosses it must be masked too.", mask="none"),
+]  # fmt: skip
+
+_DK_SCALE = _mistake(
+    "dk-not-scaled", "dK is not multiplied by softmax_scale",
+    "S = softmax_scale * Q K^T, so dK = softmax_scale * dS^T Q (and dQ = softmax_scale * dS K): "
+    "multiply the accumulator once, after the loop.", grad_scale="none",
+)  # fmt: skip
+_DK_TWICE = _mistake(
+    "scale-twice", "softmax_scale applied twice (to dS and again after the loop)",
+    "softmax_scale enters the gradient once: dK = softmax_scale * dS^T Q.", grad_scale="twice",
+)  # fmt: skip
+_DQ_SCALE = _mistake(
+    "dq-not-scaled", "dQ is not multiplied by softmax_scale",
+    "S = softmax_scale * Q K^T, so dQ = softmax_scale * dS K: multiply the accumulator once, "
+    "after the loop.", grad_scale="none",
+)  # fmt: skip
+
+
+def _for_kernel(mistakes, kernel):
+    return [
+        dataclasses.replace(m, fn=functools.partial(m.fn.func, **m.fn.keywords, kernel=kernel))
+        for m in mistakes
+    ]
+
+
+DKDV_MISTAKES = _for_kernel([*_SHARED, _DK_SCALE, _DK_TWICE], "dkdv")
+DQ_MISTAKES = _for_kernel([*_SHARED, _DQ_SCALE, dataclasses.replace(_DK_TWICE, explanation=(
+    "softmax_scale enters the gradient once: dQ = softmax_scale * dS K."))], "dq")  # fmt: skip
+
+NO_CAUSAL_SKIP = Mistake(
+    "no-causal-skip",
+    "causal: the tiles above the diagonal are computed and masked instead of skipped",
+    "With causal=True about half of the (query tile, key tile) pairs see no key at all. Start "
+    "(dK/dV kernel) or stop (dQ kernel) the loop at the diagonal tile, so that those pairs are "
+    "never loaded or multiplied: about half the work of the non-causal kernel.",
+    fn=lambda *a, **k: None,
+)
+
+
+def _delta_variant(out, do, *, bug: str | None = None):
+    d = (out * do).sum(axis=-1)
+    if bug == "heads":
+        d = _first_head_only(d[..., None])[..., 0]
+    if bug == "heads-copy":  # the loads miss the head's offset, the store has it
+        d = np.broadcast_to(d[:1, :1], d.shape).copy()
+    if bug == "half":  # products and sum in float16
+        d = (out.astype(np.float16) * do.astype(np.float16)).sum(axis=-1, dtype=np.float16)
+        d = d.astype(np.float64)
+    return (d,)
+
+
+PREPROCESS_MISTAKES = [
+    Mistake(
+        "head-offset-missing", "every program works on head (0, 0): the bh offset is missing",
+        "Program (pid, bh) reads the rows of head bh = b * H + h, bh * N * HEAD_DIM elements "
+        "into out and dO, and writes D at bh * N + row.",
+        functools.partial(_delta_variant, bug="heads"),
+    ),
+    Mistake(
+        "head-offset-missing", "every program reads head (0, 0): the bh offset is missing",
+        "Program (pid, bh) reads the rows of head bh = b * H + h, bh * N * HEAD_DIM elements "
+        "into out and dO; without the offset every head gets head 0's D.",
+        functools.partial(_delta_variant, bug="heads-copy"),
+    ),
+    Mistake(
+        "d-in-half-precision", "D summed in the inputs' half precision",
+        "D_i sums d products; in float16 it keeps about 3 digits. Convert to float32 before the "
+        "product: tl.sum(o.to(tl.float32) * do.to(tl.float32), axis=1).",
+        functools.partial(_delta_variant, bug="half"),
+    ),
+]  # fmt: skip
+
+
+# ---- cases --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BwdCase:
+    """One launch: shapes, tiles, dtype, the inputs' seed, and the check's stage."""
+
+    label: str
+    stage: str
+    batch: int
+    heads: int
+    n_q: int
+    n_k: int
+    d: int
+    causal: bool
+    block_m: int = 16
+    block_n: int = 16
+    dtype: str = "float32"
+    seed: int = 0
+    softmax_scale: float | None = None
+
+    @property
+    def scale(self) -> float:
+        return self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(self.d)
+
+    def describe(self) -> str:
+        return (
+            f"q ({self.batch}, {self.heads}, {self.n_q}, {self.d}), k and v "
+            f"({self.batch}, {self.heads}, {self.n_k}, {self.d}), {self.dtype}, "
+            f"causal={self.causal}, softmax_scale = {self.scale:.4g}, BLOCK_M = {self.block_m}, "
+            f"BLOCK_N = {self.block_n}"
+        )
+
+    def focus(self) -> str:
+        parts = []
+        if self.n_q % self.block_m or self.n_k % self.block_n:
+            parts.append("the ragged last tiles (rows past seqlen_q or seqlen_k masked)")
+        if self.causal:
+            parts.append("the causal mask in the diagonal tile")
+        if self.d & (self.d - 1):
+            parts.append(f"d = {self.d} padded to a power of two (zero columns)")
+        if self.batch * self.heads > 1:
+            parts.append("the (batch, head) offsets")
+        if self.dtype != "float32":
+            parts.append(f"{self.dtype} inputs (P and dS cast to it for tl.dot, sums in float32)")
+        if not parts:
+            parts.append("the formulas of the backward on whole tiles")
+        return "; ".join(parts)
+
+
+def _on_gpu() -> bool:
+    from ..triton_attention import INTERPRETER
+
+    return not INTERPRETER
+
+
+def _ampere_or_newer() -> bool:
+    import torch
+
+    return torch.cuda.get_device_capability()[0] >= 8
+
+
+def _kernel_cases(seed, trials: int, fixed: bool = True) -> list[BwdCase]:
+    """The fixed cases, stage by stage (unless fixed=False), then `trials` random ones."""
+    if _on_gpu():
+        cases = [
+            BwdCase("one tile", "one tile", 1, 1, 64, 64, 64, False, 64, 64, "float16", 1),
+            BwdCase("ragged lengths, N_q != N_k", "ragged lengths", 2, 2, 130, 200, 64, False,
+                    64, 64, "float16", 2),
+            BwdCase("causal, N = 333", "causal", 2, 3, 333, 333, 64, True, 64, 64, "float16", 3),
+            BwdCase("d = 80 padded, bfloat16", "d padded", 1, 2, 257, 513, 80, False, 64, 64,
+                    "bfloat16", 4),
+            BwdCase("d = 128, causal, bfloat16", "d padded", 2, 2, 513, 513, 128, True, 64, 32,
+                    "bfloat16", 5),
+        ]  # fmt: skip
+        if not _ampere_or_newer():
+            cases = [dataclasses.replace(c, dtype="float16", block_m=32, block_n=32) for c in cases]
+    else:
+        cases = [
+            BwdCase("one tile", "one tile", 1, 1, 16, 16, 16, False, seed=1),
+            BwdCase("several tiles and heads", "several tiles", 2, 2, 32, 48, 16, False, seed=2),
+            BwdCase("ragged lengths: N_q = 37, N_k = 29", "ragged lengths", 1, 2, 37, 29, 16,
+                    False, seed=3),
+            BwdCase("causal, three tiles a side", "causal", 1, 1, 48, 48, 16, True, seed=4),
+            BwdCase("causal, ragged N = 37, BLOCK_M != BLOCK_N", "causal", 1, 2, 37, 37, 16, True,
+                    16, 32, seed=5),
+            BwdCase("d = 24 padded to 32, softmax_scale = 0.3", "d padded", 1, 1, 20, 20, 24,
+                    True, seed=6, softmax_scale=0.3),
+            BwdCase("float16", "float16", 1, 1, 33, 33, 32, False, dtype="float16", seed=7),
+        ]  # fmt: skip
+    if not fixed:
+        cases = []
+    rng = np.random.default_rng(seed)
+    for t in range(trials):
+        causal = bool(rng.integers(2))
+        if _on_gpu():
+            n_q, d, blocks, dtype = (
+                int(rng.integers(1, 700)),
+                int(rng.choice([64, 128])),
+                64,
+                ("float16"),
+            )
+        else:
+            n_q, d, blocks, dtype = (
+                int(rng.integers(1, 50)),
+                int(rng.choice([16, 24])),
+                16,
+                ("float32"),
+            )
+        n_k = n_q if causal or rng.random() < 0.5 else int(rng.integers(1, 2 * n_q + 8))
+        cases.append(
+            BwdCase(f"random case {t + 1}", "random", int(rng.integers(1, 3)),
+                    int(rng.integers(1, 3)), n_q, n_k, d, causal, blocks, blocks, dtype,
+                    int(rng.integers(2**31)))
+        )  # fmt: skip
+    return cases
+
+
+def _grad_err(yours: np.ndarray, expected: np.ndarray) -> float:
+    """_rel_err with a floor under ||expected||: 0.01 per entry. A gradient that is 0 in exact
+    arithmetic (one key: every P is 1 and dS = dP - D = 0) is float32 rounding noise in both the
+    kernel and the float64 replay of its float32 inputs, and must not count as 100% wrong."""
+    if yours.shape != expected.shape or not np.isfinite(yours).all():
+        return math.inf
+    floor = 1e-2 * math.sqrt(max(expected.size, 1))
+    return float(np.linalg.norm(yours - expected) / max(np.linalg.norm(expected), floor))
+
+
+def _tolerance(dtype: str) -> float:
+    if _on_gpu():
+        return {"float16": 1e-2, "bfloat16": 3e-2}.get(dtype, 1e-2)
+    return {"float32": 1e-4, "float16": 2e-3}.get(dtype, 2e-2)
+
+
+def _match_tolerance(dtype: str) -> float:
+    return 1e-3 if dtype == "float32" and not _on_gpu() else 5e-2
+
+
+def _inputs(case: BwdCase):
+    """q, k, v, dO as CPU tensors of the case's dtype, their float64 copies, and float64
+    lse and D (and float32 copies, what the kernels are given)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(case.seed)
+    shape_q = (case.batch, case.heads, case.n_q, case.d)
+    shape_k = (case.batch, case.heads, case.n_k, case.d)
+    q = 1.5 * torch.randn(shape_q, generator=gen)
+    k, v = torch.randn(shape_k, generator=gen), torch.randn(shape_k, generator=gen)
+    do = torch.randn(shape_q, generator=gen)
+    dtype = getattr(torch, case.dtype)
+    tensors = tuple(t.to(dtype) for t in (q, k, v, do))
+    q64, k64, v64, do64 = (t.double().numpy() for t in tensors)
+    out64, lse64 = forward64(q64, k64, v64, case.causal, case.scale)
+    delta64 = (out64 * do64).sum(axis=-1)
+    lse32, delta32 = (torch.from_numpy(x).float() for x in (lse64, delta64))
+    as64 = (q64, k64, v64, do64, out64, lse32.double().numpy(), delta32.double().numpy())
+    return tensors, (lse32, delta32), as64
+
+
+def _runner(kernel, run_name: str):
+    """The course runner `run_name` with the learner's kernel bound, wherever the kernel lives."""
+    if hasattr(kernel, "bound_into"):  # the grader's handle on the notebook kernel's function
+        return kernel.bound_into(f"{_RUNNERS}:{run_name}")
+
+    def launch(*args):
+        from ..triton_attention import learner_backward
+
+        return getattr(learner_backward, run_name)(kernel, *args)
+
+    return launch
+
+
+def _call(name, runner, case, *args, allow):
+    """call_learner, with the learner's compile or run errors turned into a CheckFailure."""
+    try:
+        return call_learner(runner, *args, name=name, allow=("launch", *allow))
+    except NotImplementedError:
+        raise
+    except _LearnerRaised as err:
+        if isinstance(err.exc, TypeError) and "@triton.jit" in str(err.exc):
+            raise CheckFailure(f"✗ {name}: {err.exc}") from None
+        raise _raised_failure(name, case, err.exc) from None
+
+
+def _worst(yours: np.ndarray, expected: np.ndarray) -> tuple[int, ...]:
+    diff = np.abs(yours - expected)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    per_row = diff.reshape(*expected.shape[:3], -1).max(axis=-1)
+    return tuple(int(i) for i in np.unravel_index(np.argmax(per_row), per_row.shape))
+
+
+def _failure(name, case, what, yours, expected, err, tol, mistake, stages) -> CheckFailure:
+    b, h, i = _worst(yours, expected)
+    row = "row" if what in ("dq", "D") else "key row" if what in ("dk", "dv") else "row"
+    err_text = "NaN or inf" if not math.isfinite(err) else f"{err:.2e}"
+    index = f"[{b}, {h}, {i}" + ("]" if yours.ndim == 3 else ", :6]")
+    pick = (b, h, i) if yours.ndim == 3 else (b, h, i, slice(0, 6))
+    lines = [
+        f"✗ {name} is wrong on {case.label}.",
+        f"  input:    {case.describe()}",
+        f"  relative error of {what}: {err_text} (tolerance {tol:.0e}); the worst {row} is "
+        f"batch {b}, head {h}, {'query' if what in ('dq', 'D') else 'key'} {i}:",
+        f"  yours:    {what}{index} = {describe(yours[pick], 5)}",
+        f"  expected: {what}{index} = {describe(expected[pick], 5)}",
+    ]
+    if mistake is not None:
+        lines.append(f"  likely mistake: {mistake.title} [misconception: {mistake.slug}]")
+        lines.append(f"  {mistake.explanation}")
+    else:
+        if np.isnan(yours).any():
+            lines.append(
+                f"  note: your {what} has NaN in {int(np.isnan(yours).sum())} of {yours.size} "
+                "entries (the launcher fills the outputs with NaN: an element never stored shows "
+                "up as NaN)."
+            )
+        elif err < 5e-2:
+            lines.append(f"  note: your values are close (relative error {err:.1e}).")
+        lines.append(f"  No known mistake matches; this case exercises {case.focus()}.")
+    text = "\n".join(lines)
+    if stages and case.stage in stages:
+        text = _stage_header(name, stages, case.stage) + text
+    return CheckFailure(text)
+
+
+def _stages(cases) -> list[str]:
+    seen: list[str] = []
+    for c in cases:
+        if c.stage not in seen:
+            seen.append(c.stage)
+    return seen
+
+
+def _diagnose(yours: tuple, args: tuple, expected: tuple, mistakes, pick, tol, match_tol):
+    """The first mistake whose replay matches every compared output (and differs from right)."""
+    for mistake in mistakes:
+        theirs = pick(mistake.fn(*args))
+        if all(_rel_err(t, e) < tol for t, e in zip(theirs, expected, strict=True)):
+            continue
+        if all(_same(y, t, match_tol) for y, t in zip(yours, theirs, strict=True)):
+            return mistake
+    return None
+
+
+# ---- exercise 1: D ------------------------------------------------------------------------------
+def check_bwd_preprocess(
+    kernel: Callable, seed: int | None = 0, trials: int = 1, fixed: bool = True
+) -> None:
+    """Check bwd_preprocess_kernel: D (B, H, N_q) float32 = rowsum(dO * O), against float64.
+
+    fixed=False runs only the `trials` random cases (the hidden tests, after the fixed ones)."""
+    name = "bwd_preprocess_kernel"
+    with _nothing_on_stderr():
+        cases = _kernel_cases(seed, trials, fixed)
+        runner = _runner(kernel, "run_learner_preprocess")
+        stages = _stages(cases)
+        for case in cases:
+            (q, k, v, do), _, (_, _, _, do64, out64, _, _) = _inputs(case)
+            import torch
+
+            out = torch.from_numpy(out64).to(q.dtype)  # the forward's out, in the input dtype
+            out64 = out.double().numpy()
+            delta = _call(name, runner, case, out, do, allow=("run_learner_preprocess",))
+            yours = delta.double().numpy()
+            expected = _delta_variant(out64, do64)[0]
+            tol = 1e-4 if _on_gpu() else 1e-5  # float32 sums of exact products, any input dtype
+            err = _rel_err(yours, expected)
+            if err < tol:
+                continue
+            mistake = _diagnose(
+                (yours,), (out64, do64), (expected,), PREPROCESS_MISTAKES, lambda r: r, tol,
+                _match_tolerance(case.dtype),
+            )  # fmt: skip
+            raise _failure(name, case, "D", yours, expected, err, tol, mistake, stages)
+    print(f"✓ {name}: {len(cases)} launches match float64 rowsum(dO * O) ({_where()})")
+
+
+def _where() -> str:
+    return "float16 and bfloat16 on the GPU" if _on_gpu() else "float32 and float16, interpreter"
+
+
+# ---- exercises 2 and 3: dK/dV and dQ ------------------------------------------------------------
+def _check_grad_kernel(name, kernel, run_name, outputs, mistakes, seed, trials, fixed) -> str:
+    cases = _kernel_cases(seed, trials, fixed)
+    runner = _runner(kernel, run_name)
+    stages = _stages(cases)
+    index = {"dq": 0, "dk": 1, "dv": 2}
+    pick = lambda grads: tuple(grads[index[o]] for o in outputs)  # noqa: E731
+    for case in cases:
+        (q, k, v, do), (lse, delta), (q64, k64, v64, do64, _, lse64, delta64) = _inputs(case)
+        result = _call(
+            name, runner, case, q, k, v, do, lse, delta, case.causal, case.scale, case.block_m,
+            case.block_n, allow=(run_name,),
+        )  # fmt: skip
+        yours = tuple(r.double().numpy() for r in result[: len(outputs)])
+        args = (q64, k64, v64, do64, lse64, delta64, case.causal, case.scale, case.block_m,
+                case.block_n)  # fmt: skip
+        expected = pick(emulate_backward(*args))
+        tol = _tolerance(case.dtype)
+        errs = [_grad_err(y, e) for y, e in zip(yours, expected, strict=True)]
+        if all(e < tol for e in errs):
+            continue
+        mistake = _diagnose(
+            yours, args, expected, mistakes, pick, tol, _match_tolerance(case.dtype)
+        )
+        worst = int(np.argmax([e if math.isfinite(e) else np.inf for e in errs]))
+        raise _failure(
+            name, case, outputs[worst], yours[worst], expected[worst], errs[worst], tol, mistake,
+            stages,
+        )  # fmt: skip
+    skip = _causal_skip_rule(name, runner, run_name) if fixed else ""
+    return f"{len(cases)} launches match float64 ({_where()}; ragged N, N_q != N_k, causal, d " \
+        f"padded, several heads){skip}"  # fmt: skip
+
+
+def _causal_skip_rule(name, runner, run_name) -> str:
+    """The causal launch must run clearly fewer tl.dot than the same launch without the mask."""
+    if _on_gpu():
+        return ""  # the interpreter counts the products; a compiled kernel cannot be counted
+    case = BwdCase("causal tile skipping: N = 64, 4 tiles a side", "rule", 1, 1, 64, 64, 16, True)
+    counts = []
+    for causal in (True, False):
+        (q, k, v, do), (lse, delta), _ = _inputs(dataclasses.replace(case, causal=causal))
+        result = _call(
+            name, runner, case, q, k, v, do, lse, delta, causal, case.scale, 16, 16,
+            allow=(run_name,),
+        )  # fmt: skip
+        counts.append(result[-1])
+    if counts[0] is None or counts[1] is None:
+        return ""
+    if counts[0] > 0.75 * counts[1]:
+        m = NO_CAUSAL_SKIP
+        raise CheckFailure(
+            f"✗ {name}: every value is right, but the causal launch does not skip work.\n"
+            f"  input:    {case.describe()}\n"
+            f"  yours:    {counts[0]} tl.dot with causal=True, {counts[1]} without\n"
+            f"  expected: at most 75% of the non-causal count (10 of the 16 tile pairs see a key)\n"
+            f"  likely mistake: {m.title} [misconception: {m.slug}]\n  {m.explanation}"
+        )
+    return f"; causal runs {counts[0]} tl.dot against {counts[1]}: the tiles above are skipped"
+
+
+def check_dkdv_kernel(
+    kernel: Callable, seed: int | None = 0, trials: int = 1, fixed: bool = True
+) -> None:
+    """Check bwd_dkdv_kernel: dK and dV given float32 lse and D, and its causal tile skipping."""
+    name = "bwd_dkdv_kernel"
+    with _nothing_on_stderr():
+        what = _check_grad_kernel(
+            name, kernel, "run_learner_dkdv", ("dk", "dv"), DKDV_MISTAKES, seed, trials, fixed
+        )
+    print(f"✓ {name}: {what}")
+
+
+def check_dq_kernel(
+    kernel: Callable, seed: int | None = 0, trials: int = 1, fixed: bool = True
+) -> None:
+    """Check bwd_dq_kernel: dQ given float32 lse and D, and its causal tile skipping."""
+    name = "bwd_dq_kernel"
+    with _nothing_on_stderr():
+        what = _check_grad_kernel(
+            name, kernel, "run_learner_dq", ("dq",), DQ_MISTAKES, seed, trials, fixed
+        )
+    print(f"✓ {name}: {what}")
+
+
+# ---- exercise 4: the autograd.Function ----------------------------------------------------------
+def _function_cases() -> list[BwdCase]:
+    if _on_gpu():
+        dtype = "float16"
+        return [
+            BwdCase("N_q != N_k", "N_q != N_k", 1, 2, 100, 130, 64, False, dtype=dtype, seed=11),
+            BwdCase("causal, N = 257, softmax_scale = 0.1", "causal", 2, 2, 257, 257, 64, True,
+                    dtype=dtype, seed=12, softmax_scale=0.1),
+        ]  # fmt: skip
+    return [
+        BwdCase("N_q = 20, N_k = 24", "N_q != N_k", 1, 2, 20, 24, 16, False, seed=11),
+        BwdCase("causal, ragged N = 21, softmax_scale = 0.3", "causal", 1, 1, 21, 21, 16, True,
+                seed=12, softmax_scale=0.3),
+        BwdCase("d = 24, bfloat16 (run in float32 by the interpreter)", "bfloat16", 1, 1, 18, 18,
+                24, False, dtype="bfloat16", seed=13),
+    ]  # fmt: skip
+
+
+FUNCTION_MISTAKES = {
+    "saves-probabilities": Mistake(
+        "saves-probabilities", "the N_q x N_k matrix P (or S) is saved for the backward",
+        "FlashAttention's backward recomputes P tile by tile from q, k and lse; saving P costs "
+        "N_q * N_k numbers per head, the memory the algorithm exists to avoid. Save q, k, v, "
+        "out and lse only.", lambda *a: None,
+    ),
+    "saves-extra": Mistake(
+        "saves-extra", "more is saved than q, k, v, out and lse",
+        "ctx.save_for_backward(q, k, v, out, lse) and nothing else: the causal flag and the "
+        "scale are plain attributes of ctx; D is computed in the backward.", lambda *a: None,
+    ),
+    "saves-missing": Mistake(
+        "saves-missing", "out or lse is not saved",
+        "The backward needs out (for D = rowsum(dO * O)) and lse (to recompute P); both come "
+        "from the forward: save them, do not run the forward again.", lambda *a: None,
+    ),
+    "lse-dtype": Mistake(
+        "lse-dtype", "lse is saved in a dtype other than float32",
+        "lse is a per-row logsumexp of size up to hundreds; in float16 or bfloat16 its rounding "
+        "error, multiplied inside exp, spoils P. Keep it float32, as the forward returns it.",
+        lambda *a: None,
+    ),
+    "lse-shape": Mistake(
+        "lse-shape", "lse is saved with a shape other than (batch, heads, N_q)",
+        "The kernels read lse as one float per query row: shape (batch, heads, N_q), "
+        "contiguous. Do not unsqueeze it or keep it as (batch * heads, N_q).", lambda *a: None,
+    ),
+    "grads-swapped": Mistake(
+        "grads-swapped", "backward returns the gradients in the wrong order",
+        "backward returns one gradient per input of forward, in order: (dq, dk, dv, None, None) "
+        "for forward(ctx, q, k, v, causal, softmax_scale).", lambda *a: None,
+    ),
+    "scale-not-passed": Mistake(
+        "scale-not-passed", "the backward uses the default softmax_scale, not the forward's",
+        "Keep the forward's softmax_scale on ctx and pass it to the backward kernels; the "
+        "default 1/sqrt(d) is right only when the caller gave none.", lambda *a: None,
+    ),
+    "causal-not-passed": Mistake(
+        "causal-not-passed", "the backward runs without the causal mask the forward used",
+        "Keep the forward's causal flag on ctx and pass it to the backward kernels.",
+        lambda *a: None,
+    ),
+}  # fmt: skip
+
+
+def _named(slug: str, text: str) -> CheckFailure:
+    m = FUNCTION_MISTAKES[slug]
+    return CheckFailure(f"{text}\n  likely mistake: {m.title} [misconception: {m.slug}]\n"
+                        f"  {m.explanation}")  # fmt: skip
+
+
+def _judge_saved(name, case, result, q64, k64, v64, out64, lse64) -> None:
+    """Exactly q, k, v, out and a (B, H, N_q) float32 lse in grad_fn.saved_tensors."""
+    saved = list(result["saved"])
+    attributes = dict(result["attributes"])
+    where = f"on {case.label} ({case.describe()})"
+    everything = [("saved", s) for s in saved] + [(f"ctx.{n}", s) for n, s in attributes.items()]
+    for origin, s in everything:
+        shape = tuple(s["shape"])
+        if len(shape) >= 2 and shape[-2:] == (case.n_q, case.n_k):
+            raise _named(
+                "saves-probabilities",
+                f"✗ {name}: a tensor of shape {shape} ({origin}) is kept for the backward {where}",
+            )
+    if attributes:
+        listed = ", ".join(f"ctx.{n} {tuple(s['shape'])}" for n, s in attributes.items())
+        raise _named(
+            "saves-extra", f"✗ {name}: tensors are kept as attributes of ctx ({listed}) {where}"
+        )
+    wanted = {"q": q64, "k": k64, "v": v64, "out": out64}
+    found: dict[str, int] = {}
+    lse_like: list[int] = []
+    extra: list[int] = []
+    tol = 3e-2 if case.dtype != "float32" or _on_gpu() else 1e-4
+    for i, s in enumerate(saved):
+        value = np.asarray(s["value"].double().numpy() if hasattr(s["value"], "double")
+                           else s["value"], dtype=np.float64)  # fmt: skip
+        hit = next(
+            (n for n, ref in wanted.items()
+             if n not in found and value.shape == ref.shape and _rel_err(value, ref) < tol),
+            None,
+        )  # fmt: skip
+        if hit is not None:
+            found[hit] = i
+        elif value.size == lse64.size and _rel_err(value.reshape(lse64.shape), lse64) < tol:
+            lse_like.append(i)
+        else:
+            extra.append(i)
+    shapes = ", ".join(f"{tuple(s['shape'])} {s['dtype']}" for s in saved) or "nothing"
+    head = f"✗ {name}: grad_fn.saved_tensors holds {len(saved)} tensors {where}: {shapes}"
+    missing = [n for n in ("q", "k", "v", "out") if n not in found]
+    if extra or len(lse_like) > 1:
+        raise _named("saves-extra", head + "; expected exactly q, k, v, out and lse")
+    if missing or not lse_like:
+        gone = missing + ([] if lse_like else ["lse"])
+        raise _named("saves-missing", head + f"; not found: {', '.join(gone)}")
+    lse = saved[lse_like[0]]
+    expected_shape = (case.batch, case.heads, case.n_q)
+    if tuple(lse["shape"]) != expected_shape:
+        raise _named(
+            "lse-shape", head + f"; lse has shape {tuple(lse['shape'])}, expected {expected_shape}"
+        )
+    if lse["dtype"] != "float32":
+        raise _named("lse-dtype", head + f"; lse is {lse['dtype']}, expected float32")
+
+
+def _finite_difference_test(case, q64, k64, v64, dos, grads, tol) -> float:
+    """Directional derivatives of L = <attention(q, k, v), dO> in float64, central differences,
+    against the learner's gradients: the largest relative disagreement."""
+    rng = np.random.default_rng(case.seed + 1)
+    worst = 0.0
+    h = 1e-6
+    for do, (dq, dk, dv) in zip(dos, grads, strict=True):
+        for _ in range(2):
+            dirs = [rng.standard_normal(x.shape) for x in (q64, k64, v64)]
+            plus = forward64(*(x + h * e for x, e in zip((q64, k64, v64), dirs, strict=True)),
+                             case.causal, case.scale)[0]  # fmt: skip
+            minus = forward64(*(x - h * e for x, e in zip((q64, k64, v64), dirs, strict=True)),
+                              case.causal, case.scale)[0]  # fmt: skip
+            numeric = float(((plus - minus) * do).sum() / (2 * h))
+            analytic = float(sum((g * e).sum() for g, e in zip((dq, dk, dv), dirs, strict=True)))
+            # <g, e> for a standard normal e has standard deviation ||g||: the natural unit
+            size = float(np.sqrt(sum((g * g).sum() for g in (dq, dk, dv))))
+            worst = max(worst, abs(analytic - numeric) / max(size, 1e-300))
+    return worst
+
+
+def check_attention_function(function, seed: int | None = 0) -> None:
+    """Check the learner's torch.autograd.Function (apply(q, k, v, causal, softmax_scale) -> out).
+
+    For each case: applies it once, inspects out.grad_fn.saved_tensors (exactly q, k, v, out and
+    a (batch, heads, N_q) float32 lse; no tensor kept on ctx as an attribute), then compares the
+    gradients for two cotangents with float64 autograd of naive attention, and with float64
+    central differences along random directions (a gradcheck done here, in float64).
+    """
+    import torch
+
+    name = "FlashAttentionTriton"
+    if hasattr(function, "bound_into"):
+        runner = function.bound_into(f"{_RUNNERS}:run_learner_function")
+    else:
+
+        def launch(*args):
+            from ..triton_attention.learner_backward import run_learner_function
+
+            return run_learner_function(function, *args)
+
+        runner = launch
+    worst_fd = 0.0
+    cases = _function_cases()
+    with _nothing_on_stderr():
+        for case in cases:
+            (q, k, v, _), _, (q64, k64, v64, _, out64, lse64, _) = _inputs(case)
+            gen = torch.Generator().manual_seed(case.seed + (seed or 0))
+            dos = [torch.randn(q.shape, generator=gen).to(q.dtype) for _ in range(2)]
+            result = _call(
+                name, runner, case, q, k, v, case.causal, case.softmax_scale, dos,
+                allow=("run_learner_function",),
+            )  # fmt: skip
+            if not isinstance(result, dict) or set(result) != {"out", "saved", "attributes",
+                                                               "grads"}:  # fmt: skip
+                raise CheckFailure(f"✗ {name}: the runner's answer could not be read")
+            _judge_saved(name, case, result, q64, k64, v64, out64, lse64)
+            tol = _tolerance(case.dtype) if _on_gpu() else (
+                1e-4 if case.dtype == "float32" else 2e-2)  # fmt: skip
+            grads = []
+            for do, got in zip(dos, result["grads"], strict=True):
+                do64 = do.double().numpy()
+                yours = tuple(g.double().numpy() for g in got)
+                expected = reference_grads(q64, k64, v64, do64, case.causal, case.scale)
+                errs = [_rel_err(y, e) for y, e in zip(yours, expected, strict=True)]
+                if not all(e < tol for e in errs):
+                    raise _function_failure(name, case, yours, expected, errs, tol, q64, k64,
+                                            v64, do64)  # fmt: skip
+                grads.append(yours)
+            fd = _finite_difference_test(
+                case, q64, k64, v64, [d.double().numpy() for d in dos], grads, tol
+            )
+            if fd > max(10 * tol, 1e-3):
+                raise CheckFailure(
+                    f"✗ {name}: the gradients disagree with float64 finite differences by "
+                    f"{fd:.1e} (relative) on {case.label}.\n  input: {case.describe()}"
+                )
+            worst_fd = max(worst_fd, fd)
+    print(
+        f"✓ {name}: saves exactly q, k, v, out and a float32 (batch, heads, N_q) lse; "
+        f"{2 * len(cases)} backward passes match float64 autograd, and float64 finite "
+        f"differences within {worst_fd:.0e} ({_where()})"
+    )
+
+
+def _function_failure(name, case, yours, expected, errs, tol, q64, k64, v64, do64):
+    worst = int(np.argmax([e if math.isfinite(e) else np.inf for e in errs]))
+    what = ("dq", "dk", "dv")[worst]
+    slug = None
+    match_tol = _match_tolerance(case.dtype)
+    swapped = (expected[0], expected[2], expected[1])
+    if all(_same(y, t, match_tol) for y, t in zip(yours, swapped, strict=True)):
+        slug = "grads-swapped"
+    out64, lse64 = forward64(q64, k64, v64, case.causal, case.scale)
+    delta64 = (out64 * do64).sum(axis=-1)
+    replays = []
+    default = 1.0 / math.sqrt(case.d)
+    if case.softmax_scale is not None and abs(case.softmax_scale - default) > 1e-9:
+        replays.append(("scale-not-passed", dict(scale=default)))
+    if case.causal:
+        replays.append(("causal-not-passed", dict(causal=False)))
+    for candidate, change in replays:
+        if slug is not None:
+            break
+        args = dict(causal=case.causal, scale=case.scale) | change
+        theirs = emulate_backward(q64, k64, v64, do64, lse64, delta64, args["causal"],
+                                  args["scale"])  # fmt: skip
+        if all(_same(y, t, match_tol) for y, t in zip(yours, theirs, strict=True)):
+            slug = candidate
+    b, h, i = _worst(yours[worst], expected[worst])
+    text = (
+        f"✗ {name}: the gradient {what} is wrong on {case.label} (relative error "
+        f"{errs[worst]:.2e}, tolerance {tol:.0e}).\n  input:    {case.describe()}\n"
+        f"  yours:    {what}[{b}, {h}, {i}, :6] = {describe(yours[worst][b, h, i, :6], 5)}\n"
+        f"  expected: {what}[{b}, {h}, {i}, :6] = {describe(expected[worst][b, h, i, :6], 5)}"
+    )
+    if slug is not None:
+        return _named(slug, text)
+    return CheckFailure(
+        text + "\n  No known mistake of the Function matches; if your kernels pass their own "
+        "checks, look at what backward passes them (ctx's causal and softmax_scale, dout "
+        "made contiguous) and at what it returns: (dq, dk, dv, None, None)."
+    )
+
+
+# ---- quick checks -------------------------------------------------------------------------------
+def check_quick_matmuls(answer) -> None:
+    """Matrix products per (query tile, key tile) pair in the two-kernel backward (dK/dV, dQ)."""
+    _hinted(
+        "tile-pair matrix products of the dK/dV kernel and the dQ kernel together",
+        answer,
+        7,
+        [
+            (5, "that is the one-kernel backward (S, dV, dP, dK, dQ); the dQ kernel recomputes S "
+                "and dP: 4 + 3"),
+            (8, "the dQ kernel needs no P^T dO: S, dP and dS K, three products"),
+            (4, "that is the dK/dV kernel alone: S, P^T dO, dP, dS^T Q; add the dQ kernel's"),
+            (3, "that is the dQ kernel alone: S, dP, dS K; add the dK/dV kernel's four"),
+        ],
+        "dK/dV: S, dV += P^T dO, dP, dK += dS^T Q; dQ: S, dP, dQ += dS K",
+        rtol=0.0,
+    )  # fmt: skip
+
+
+def check_quick_causal_query_tiles(answer) -> None:
+    """Query tiles the causal dK/dV program of key tile 3 visits (N = 1000, BLOCK_M = BLOCK_N
+    = 64)."""
+    n, block, j = 1000, 64, 3
+    tiles = -(-n // block) - j
+    _hinted(
+        "query tiles visited by causal dK/dV program 3 (N = 1000, BLOCK_M = BLOCK_N = 64)",
+        answer,
+        tiles,
+        [
+            (-(-n // block), "that is every query tile; the ones before the diagonal are skipped"),
+            (j + 1, "those are the tiles a dQ program on the diagonal visits; the dK/dV program "
+                    "visits the queries at and after its keys"),
+            (tiles - 1, "the diagonal tile is visited too (and masked)"),
+        ],
+        "keys 192..255 are seen by queries 192..999: query tiles 3, 4, ..., 15",
+        rtol=0.0,
+    )  # fmt: skip
+
+
+def check_quick_saved_bytes(answer) -> None:
+    """Bytes saved for the backward per head: q, k, v, out in bf16 and lse in float32, N = 4096,
+    d = 128."""
+    n, d = 4096, 128
+    right = 4 * n * d * 2 + n * 4
+    _hinted(
+        "bytes saved per head (N = 4096, d = 128, bf16 tensors, float32 lse)",
+        answer,
+        right,
+        [
+            (right + n * n * 2, "P is not saved: the backward recomputes it from lse"),
+            (4 * n * d * 2 + n * 2, "lse is float32: 4 bytes per row"),
+            (4 * n * d * 4 + n * 4, "q, k, v and out are bf16: 2 bytes each"),
+            (3 * n * d * 2 + n * 4, "out is saved too (for D = rowsum(dO * O))"),
+        ],
+        "4 N d numbers of 2 bytes (q, k, v, out) and N of 4 bytes (lse)",
+        rtol=0.0,
+    )  # fmt: skip

@@ -1,0 +1,226 @@
+"""The checks of notebook 08: right kernels pass in several styles, each named mistake is named.
+
+The kernels are real @triton.jit functions. Triton reads a kernel's source from its file, so each
+variant is written as a small module (the solution's source with one edit) and imported; the
+checks launch it through course_utils.triton_attention.learner_backward, in Triton's interpreter
+without a GPU, as a learner's would be.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from checkhelp import run_quietly, slug_of
+
+import course_utils.triton_attention as ta  # noqa: F401  (the interpreter before triton)
+from course_utils.checks import CheckFailure
+from course_utils.checks import triton_backward as C
+
+REPO = Path(__file__).resolve().parent.parent
+SOLUTION = REPO / "solutions" / "08_triton_backward" / "08_triton_backward.ipynb"
+_count = itertools.count()
+
+
+def _solution_source() -> str:
+    """The solution's four answer cells, as one module."""
+    nb = json.loads(SOLUTION.read_text())
+    cells = [
+        "".join(c["source"])
+        for c in nb["cells"]
+        if c.get("metadata", {}).get("nbgrader", {}).get("solution")
+        and c["metadata"]["nbgrader"]["grade_id"]
+        in ("bwd_preprocess", "bwd_dkdv", "bwd_dq", "attention_function")
+    ]
+    head = (
+        "import torch\nimport course_utils.triton_attention as ta\nimport triton\n"
+        "import triton.language as tl\nfrom course_utils.triton_attention.learner_backward "
+        "import learner_backward, load_tile, store_tile\n\n"
+    )
+    return head + "\n\n".join(cells) + "\n"
+
+
+SOURCE = _solution_source()
+
+
+def variant(tmp_path: Path, *edits: tuple[str, str], extra: str = ""):
+    """The solution module with each (old, new) edit made once (old must be there)."""
+    text = SOURCE
+    for old, new in edits:
+        assert old in text, f"the solution has no {old!r}"
+        text = text.replace(old, new, 1)
+    path = tmp_path / f"learner_{next(_count)}.py"
+    path.write_text(text + extra)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def solution(tmp_path_factory):
+    return variant(tmp_path_factory.mktemp("solution"))
+
+
+def slug_for(check, fn) -> str | None:
+    with pytest.raises(CheckFailure) as info:
+        run_quietly(check, fn)
+    return slug_of(info.value)
+
+
+# ---- right answers ------------------------------------------------------------------------------
+def test_solution_passes_every_check(solution):
+    assert "✓ bwd_preprocess_kernel" in run_quietly(
+        C.check_bwd_preprocess, solution.bwd_preprocess_kernel
+    )
+    out = run_quietly(C.check_dkdv_kernel, solution.bwd_dkdv_kernel)
+    assert "✓ bwd_dkdv_kernel" in out and "skipped" in out
+    assert "✓ bwd_dq_kernel" in run_quietly(C.check_dq_kernel, solution.bwd_dq_kernel)
+    assert "✓ FlashAttentionTriton" in run_quietly(
+        C.check_attention_function, solution.FlashAttentionTriton
+    )
+
+
+NATURAL_LOG = (  # style 2: tl.exp in natural units, the scores masked to -inf before the exp
+    ("s_t = tl.dot(k, tl.trans(q)) * qk_scale", "s_t = tl.dot(k, tl.trans(q)) * softmax_scale"),
+    (
+        "p_t = tl.where(visible, tl.math.exp2(s_t - lse[None, :] * 1.4426950408889634), 0.0)",
+        "s_t = tl.where(visible, s_t, float('-inf'))\n        p_t = tl.exp(s_t - lse[None, :])",
+    ),
+    ("s = tl.dot(q, tl.trans(k)) * qk_scale", "s = tl.dot(q, tl.trans(k)) * softmax_scale"),
+    (
+        "p = tl.where(visible, tl.math.exp2(s - lse[:, None] * 1.4426950408889634), 0.0)",
+        "s = tl.where(visible, s, float('-inf'))\n        p = tl.exp(s - lse[:, None])",
+    ),
+)
+SCALE_INSIDE = (  # style 3: the scale folded into dS inside the loop; D from tl.sum over axis -1
+    (
+        "ds_t = p_t * (dp_t - delta[None, :])",
+        "ds_t = p_t * (dp_t - delta[None, :]) * softmax_scale",
+    ),
+    ("dk = dk * softmax_scale  #", "dk = dk  #"),
+    ("ds = p * (dp - delta[:, None])", "ds = softmax_scale * (p * (dp - delta[:, None]))"),
+    ("dq = dq * softmax_scale", "dq = dq"),
+    ("axis=1)", "axis=-1)"),
+)
+
+
+@pytest.mark.parametrize("edits", [NATURAL_LOG, SCALE_INSIDE], ids=["natural-log", "scale-inside"])
+def test_other_right_styles_pass(tmp_path, edits):
+    m = variant(tmp_path, *edits)
+    run_quietly(C.check_bwd_preprocess, m.bwd_preprocess_kernel)
+    run_quietly(C.check_dkdv_kernel, m.bwd_dkdv_kernel)
+    run_quietly(C.check_dq_kernel, m.bwd_dq_kernel)
+
+
+# ---- named mistakes of the kernels ------------------------------------------------------------
+DKDV = [
+    ("lse-not-subtracted", ("s_t - lse[None, :] * 1.4426950408889634", "s_t")),
+    ("lse-units", ("s_t - lse[None, :] * 1.4426950408889634", "s_t - lse[None, :]")),
+    ("exp-vs-exp2", ("tl.math.exp2(s_t - lse", "tl.exp(s_t - lse")),
+    ("forgot-D", ("ds_t = p_t * (dp_t - delta[None, :])", "ds_t = p_t * dp_t")),
+    ("ds-sign", ("ds_t = p_t * (dp_t - delta[None, :])", "ds_t = p_t * (delta[None, :] - dp_t)")),
+    ("dk-not-scaled", ("dk = dk * softmax_scale  #", "dk = dk  #")),
+    (
+        "causal-off-by-one",
+        ("offs_n[:, None] <= offs_m[None, :]", "offs_n[:, None] < offs_m[None, :]"),
+    ),
+    ("causal-mask-missing", ("visible = visible & (offs_n[:, None] <= offs_m[None, :])", "pass")),
+    ("no-causal-skip", ("lo = (start_n // BLOCK_M) * BLOCK_M", "lo = 0")),
+    ("head-offset-missing", ("bh = tl.program_id(1).to(tl.int64)\n    q_ptr", "bh = 0\n    q_ptr")),
+]
+DQ = [
+    ("dq-not-scaled", ("dq = dq * softmax_scale", "dq = dq * 1.0")),
+    ("lse-units", ("s - lse[:, None] * 1.4426950408889634", "s - lse[:, None]")),
+    ("forgot-D", ("ds = p * (dp - delta[:, None])", "ds = p * dp")),
+    ("causal-off-by-one",
+     ("offs_n[None, :] <= offs_m[:, None]", "offs_n[None, :] <= offs_m[:, None] + 1")),
+    ("no-causal-skip", ("hi = tl.minimum(start_m + BLOCK_M, seqlen_k)", "hi = seqlen_k")),
+]  # fmt: skip
+PREPROCESS = [
+    ("head-offset-missing", ("head = bh * seqlen_q * HEAD_DIM", "head = 0")),
+    ("d-in-half-precision", ("o.to(tl.float32) * do.to(tl.float32)", "o * do")),
+]
+
+
+@pytest.mark.parametrize("slug, edit", DKDV, ids=[s for s, _ in DKDV])
+def test_dkdv_mistakes_are_named(tmp_path, slug, edit):
+    assert slug_for(C.check_dkdv_kernel, variant(tmp_path, edit).bwd_dkdv_kernel) == slug
+
+
+@pytest.mark.parametrize("slug, edit", DQ, ids=[s for s, _ in DQ])
+def test_dq_mistakes_are_named(tmp_path, slug, edit):
+    assert slug_for(C.check_dq_kernel, variant(tmp_path, edit).bwd_dq_kernel) == slug
+
+
+@pytest.mark.parametrize("slug, edit", PREPROCESS, ids=[s for s, _ in PREPROCESS])
+def test_preprocess_mistakes_are_named(tmp_path, slug, edit):
+    kernel = variant(tmp_path, edit).bwd_preprocess_kernel
+    assert slug_for(C.check_bwd_preprocess, kernel) == slug
+
+
+# ---- named mistakes of the autograd.Function --------------------------------------------------
+SAVE = "ctx.save_for_backward(q, k, v, out, lse)"
+UNPACK = "q, k, v, out, lse = ctx.saved_tensors"
+FUNCTION = [
+    ("saves-probabilities",
+     (SAVE, "ctx.save_for_backward(q, k, v, out, lse, q @ k.transpose(-1, -2))"),
+     (UNPACK, "q, k, v, out, lse, _ = ctx.saved_tensors")),
+    ("saves-extra", (SAVE, "ctx.save_for_backward(q, k, v, out, lse, lse * 2 + 1)"),
+     (UNPACK, "q, k, v, out, lse, _ = ctx.saved_tensors")),
+    ("saves-extra", (SAVE, SAVE + "\n        ctx.out_copy = out.clone()")),
+    ("saves-missing", (SAVE, "ctx.save_for_backward(q, k, v, lse)"),
+     (UNPACK, "q, k, v, lse = ctx.saved_tensors\n        out = ta.flash_attention_fwd("
+              "q, k, v, ctx.causal, ctx.softmax_scale)[0]")),
+    ("lse-dtype", (SAVE, "ctx.save_for_backward(q, k, v, out, lse.double())"),
+     (UNPACK, UNPACK + "\n        lse = lse.float()")),
+    ("lse-shape", (SAVE, "ctx.save_for_backward(q, k, v, out, lse[..., None])"),
+     (UNPACK, UNPACK + "\n        lse = lse[..., 0]")),
+    ("grads-swapped", ("return dq, dk, dv, None, None", "return dq, dv, dk, None, None")),
+    ("scale-not-passed", ("lse, ctx.causal, ctx.softmax_scale", "lse, ctx.causal, None")),
+    ("causal-not-passed", ("lse, ctx.causal, ctx.softmax_scale", "lse, False, ctx.softmax_scale")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", FUNCTION, ids=[f"{f[0]}-{i}" for i, f in enumerate(FUNCTION)])
+def test_function_mistakes_are_named(tmp_path, case):
+    slug, *edits = case
+    function = variant(tmp_path, *edits).FlashAttentionTriton
+    assert slug_for(C.check_attention_function, function) == slug
+
+
+def test_stub_raises_not_implemented(tmp_path):
+    m = variant(
+        tmp_path,
+        ("o = load_tile(out_ptr", "raise NotImplementedError()\n    o = load_tile(out_ptr"),
+    )
+    with pytest.raises(NotImplementedError):
+        C.check_bwd_preprocess(m.bwd_preprocess_kernel)
+
+
+def test_not_a_triton_kernel_is_refused():
+    with pytest.raises(CheckFailure, match="@triton.jit"):
+        C.check_dq_kernel(lambda *a: None)
+
+
+def test_bad_launcher_input_is_named(solution):
+    from course_utils.triton_attention.learner_backward import learner_backward
+
+    q = torch.zeros(1, 1, 8, 16)
+    with pytest.raises(ValueError, match="lse must have shape"):
+        learner_backward(
+            solution.bwd_preprocess_kernel, solution.bwd_dkdv_kernel, solution.bwd_dq_kernel,
+            q, q, q, q, q, torch.zeros(1, 1, 8, dtype=torch.float64),
+        )  # fmt: skip
+
+
+def test_quick_checks():
+    run_quietly(C.check_quick_matmuls, 7)
+    run_quietly(C.check_quick_causal_query_tiles, 13)
+    run_quietly(C.check_quick_saved_bytes, 4 * 4096 * 128 * 2 + 4096 * 4)
+    with pytest.raises(CheckFailure, match="one-kernel"):
+        C.check_quick_matmuls(5)
