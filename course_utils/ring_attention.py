@@ -223,7 +223,7 @@ def ring_bytes_sent(N: int, P: int, B: int, H: int, d: int, element_size: int = 
 
 
 def ring_schedule(P: int, causal: bool) -> list[list[tuple[int, tuple]]]:
-    """schedule[step][rank] = (src, pairs): the block each rank holds and which pairs it computes."""
+    """schedule[step][rank] = (src, pairs): the block a rank holds, the pairs it computes."""
     return [
         [(ring_plan(r, s, P, causal)[0], ring_plan(r, s, P, causal)[3]) for r in range(P)]
         for s in range(P)

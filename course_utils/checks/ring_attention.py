@@ -100,9 +100,9 @@ PLAN_MISTAKES = (
         Mistake(
             "ring-direction",
             "the ring turned the wrong way",
-            "Blocks travel to rank + 1 and come from rank - 1, so after s steps rank r holds the block "
-            "that started s ranks BEHIND it: src = (r - s) mod P. (r + s) mod P is where your own "
-            "block is after s steps, not whose block you hold.",
+            "Blocks travel to rank + 1 and come from rank - 1, so after s steps rank r holds "
+            "the block that started s ranks BEHIND it: src = (r - s) mod P. (r + s) mod P "
+            "is where your own block is after s steps, not whose block you hold.",
             fn,
         )
         for fn in (
@@ -135,30 +135,31 @@ PLAN_MISTAKES = (
         Mistake(
             "diagonal-unmasked",
             "the diagonal block computed without the causal mask",
-            "When src == r the rank's own keys sit beside its queries: chunk r on chunk r and chunk "
-            "2P-1-r on itself need the causal mask (pairs 2), chunk r on chunk 2P-1-r is all in the "
-            "future (0), chunk 2P-1-r on chunk r is full (1): [[2, 0], [1, 2]].",
+            "When src == r the rank's own keys sit beside its queries: chunk r on chunk r "
+            "and chunk 2P-1-r on itself need the causal mask (pairs 2), chunk r on chunk 2P-1-r "
+            "is all in the future (0), chunk 2P-1-r on chunk r is full (1): [[2, 0], [1, 2]].",
             _plan_with(_src_right, _pairs_diag_unmasked(False)),
         ),
         Mistake(
             "diagonal-unmasked",
             "the diagonal block computed without the causal mask",
-            "When src == r the rank's own keys sit beside its queries: [[2, 0], [1, 2]], not all 1.",
+            "When src == r the rank's own keys sit beside its queries: [[2, 0], [1, 2]], "
+            "not all 1.",
             _plan_with(_src_right, _pairs_diag_unmasked(True)),
         ),
         Mistake(
             "zigzag-halves-swapped",
             "the front and back chunks confused for an earlier and a later source",
-            "src < r: src's front chunk (chunk src) is before both of r's chunks and src's back chunk "
-            "after both, so every query sees the front only: [[1, 0], [1, 0]]. src > r: only r's "
-            "back chunk comes after src's chunks: [[0, 0], [1, 1]].",
+            "src < r: src's front chunk (chunk src) is before both of r's chunks and src's "
+            "back chunk after both, so every query sees the front only: [[1, 0], [1, 0]]. "
+            "src > r: only r's back chunk comes after src's chunks: [[0, 0], [1, 1]].",
             _plan_with(_src_right, _pairs_halves_swapped),
         ),
         Mistake(
             "causal-ignored",
             "causal=True treated as no mask",
-            "With causal=True a query sees only keys at or before it: some pairs are skipped (0) and "
-            "the diagonal ones masked (2).",
+            "With causal=True a query sees only keys at or before it: some pairs are skipped "
+            "(0) and the diagonal ones masked (2).",
             _plan_with(_src_right, _pairs_causal_ignored),
         ),
     ]
