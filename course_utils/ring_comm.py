@@ -435,6 +435,12 @@ def _rank_error(r: int, P: int, payload) -> Exception:
     name, message, _ = payload
     cls = _BUILTIN_ERRORS.get(name)
     text = f"rank {r} of {P}: {name}: {message}"
+    if "gloo" in message and ("reset" in message or "Read error" in message):
+        text += (
+            " (a transfer failed: usually a receive whose buffer size differs from the block sent "
+            "to it, or a peer that sends less or more than its neighbour receives; the block that "
+            "arrives is rank src's, of sum(comm.sizes[src]) positions)"
+        )
     if cls is NotImplementedError:
         return NotImplementedError(message)
     if cls is not None:

@@ -173,8 +173,10 @@ def _plan_reference(rank, step, P, causal):
 
 def _plan_cases() -> list[Case]:
     cases = []
-    for P, causal in ((1, False), (1, True), (2, False), (2, True), (4, True), (5, True)):
-        for step in range(P):
+    # causal rings show a later step first: a plan that ignores the mask differs there from one
+    # that only leaves the diagonal unmasked, so each is named by its own first failure
+    for P, causal in ((1, False), (2, False), (2, True), (1, True), (4, True), (5, True)):
+        for step in [*range(1, P), 0] if causal else range(P):
             for rank in range(P):
                 label = f"P = {P}, rank {rank}, step {step}, causal={causal}"
                 focus = _F_PAIRS if causal else _F_SRC
@@ -481,6 +483,7 @@ def _rank_cases() -> list[Case]:
     spec = [
         (2, 8, False, "P = 2, N = 8 (two chunks of 2 per rank), no mask"),
         (2, 9, True, "P = 2, N = 9 (ragged: chunks 3, 2, 2, 2), causal"),
+        (4, 16, True, "P = 4, N = 16 (8 chunks of 2), causal"),
         (4, 13, True, "P = 4, N = 13 (ragged: 8 chunks of 2 or 1), causal"),
         (4, 6, False, "P = 4, N = 6 (fewer positions than chunks: two ranks hold an empty back "
          "chunk), no mask"),
