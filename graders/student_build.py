@@ -5,7 +5,8 @@ that computes an exercise's answer (the references, the figures' helpers, the ch
 replays and private helpers, the Triton kernels) is a stub that raises ReferenceUnavailable, and
 whose source is not there to read (no `inspect.getsource` then `exec`). What a learner's code may
 use stays whole: the instrumentation the grader talks to (checks._core, _wire, _remote), input
-validation, the CountingMemory of notebook 04, the KeyParts of notebook 02, the hardware facts of
+validation, the ring plumbing of notebook 10 (ring_comm: processes, RingComm, the runner), the
+CountingMemory of notebook 04, the KeyParts of notebook 02, the hardware facts of
 the roofline module and the Triton skeleton of notebook 06. Names stay importable, so a notebook's
 imports work and only a call into an answer fails, named `calls-reference` by the check.
 
@@ -29,6 +30,7 @@ WHOLE = {
     "checks/_core.py",
     "checks/_wire.py",
     "checks/_remote.py",
+    "ring_comm.py",
     "triton_attention/__init__.py",
     "triton_attention/learner.py",
     "widgets/__init__.py",
@@ -45,6 +47,7 @@ KEEP = {
         "record_loop",
     },
     "softmax.py": {"NEG_INF"},
+    "ring_attention.py": {"SKIP", "FULL", "CAUSAL"},
     "roofline.py": {"Hardware", "A100", "H100_SXM", "H200"},
     "checks/merge.py": {"KeyParts", "key_parts"},
     "triton_attention/forward.py": {"_check_inputs"},
