@@ -27,6 +27,7 @@ by its own pid before launch_ring returns: no rank outlives the call.
 from __future__ import annotations
 
 import builtins
+import gc
 import math
 import os
 import pickle
@@ -287,10 +288,17 @@ def _loopback() -> str:
 
 def _child(fn, rank, P, backend, store_path, result_path, args, sizes, timeout_s):
     """One rank: join the group through the FileStore, run fn(comm, *args), save the result."""
+    # A forked Jupyter kernel: its objects (ZeroMQ sockets among them) are shared with the
+    # parent. None may be collected here, and nothing may go through the kernel's streams, which
+    # write over ZeroMQ: the rank writes to plain file descriptors instead.
+    gc.freeze()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback())
     sys.setprofile(None)  # the parent's check watch would only slow the rank down
     err_fd = os.open(result_path + ".stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(err_fd, 2)  # C++ logs of gloo or NCCL: kept for an error message, off the notebook
+    os.close(err_fd)
+    sys.stdout = open(os.dup(1), "w", buffering=1)  # noqa: SIM115 - lives as long as the rank
+    sys.stderr = open(os.dup(2), "w", buffering=1)  # noqa: SIM115
     status = "ok"
     try:
         import torch
@@ -388,7 +396,7 @@ def launch_ring(
             )
             p.start()
             procs.append(p)
-        deadline = time.monotonic() + timeout_s + 30.0
+        deadline = time.monotonic() + timeout_s + 15.0  # start-up, then the collectives
         try:
             for p in procs:
                 p.join(max(0.0, deadline - time.monotonic()))
@@ -435,7 +443,12 @@ def _rank_error(r: int, P: int, payload) -> Exception:
     name, message, _ = payload
     cls = _BUILTIN_ERRORS.get(name)
     text = f"rank {r} of {P}: {name}: {message}"
-    if "gloo" in message and ("reset" in message or "Read error" in message):
+    if "Timed out" in message or "timed out" in message or "Timeout" in message:
+        text += (
+            " (a transfer never completed: a deadlock, as when a rank waits for a send before "
+            "its neighbour has posted the matching receive; post all four transfers, then wait)"
+        )
+    elif "gloo" in message and ("reset" in message or "Read error" in message):
         text += (
             " (a transfer failed: usually a receive whose buffer size differs from the block sent "
             "to it, or a peer that sends less or more than its neighbour receives; the block that "
@@ -518,6 +531,7 @@ def run_learner_ring(rank_fn, q, k, v, causal: bool, P: int, softmax_scale: floa
         [scale] * P,
         [rank_fn] * P,
         sizes=sizes,
+        timeout_s=15.0,  # a few ms per transfer here: 15 s is a deadlock
     )
     outs, lses = [], []
     for r, (out, lse, _, _) in enumerate(results):
