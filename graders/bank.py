@@ -90,6 +90,9 @@ NAMED_MISTAKES = {
     "07_backward": [
         ("softmax_backward_rows", "forgot-D", "return P * (dP - D)", "return P * dP"),
     ],
+    "10_ring_attention": [
+        ("ring_attention_rank", "diagonal-unmasked", "pairs[a][b] == 2,", "False,"),
+    ],
 }
 
 # The students of core(): one name per kind, the same student across the seven notebooks

@@ -287,3 +287,15 @@ def test_quick_hide_length():
     assert "✓" in run_quietly(checks.check_quick_hide_length, 2 * 797e12 / (2 * 450e9))
     with pytest.raises(CheckFailure):
         checks.check_quick_hide_length(100.0)
+
+
+def test_rank_names_causal_false_on_the_diagonal():
+    """The loop that passes causal=False for the pairs marked 2 (the bank's named mistake)."""
+
+    def plan_no_mask_on_twos(rank, step, P, causal):
+        src, to, frm, pairs = ring_plan(rank, step, P, causal)
+        return src, to, frm, [[1 if p == 2 else p for p in row] for row in pairs]
+
+    with pytest.raises(CheckFailure) as info:
+        checks.check_ring_attention_rank(make_rank(plan=plan_no_mask_on_twos))
+    assert slug_of(info.value) == "diagonal-unmasked", str(info.value)

@@ -435,13 +435,16 @@ RANK_MISTAKES = [
         "compute pairs [[0, 0], [1, 1]] for src > r.",
         plan=_plan_with(_src_right, _pairs_skip_upper),
     ),
-    _replay_mistake(
-        "diagonal-unmasked",
-        "the diagonal block computed without the causal mask",
-        "The pairs marked 2 need local_attn(..., causal=True): a query must not see the keys "
-        "after it in its own chunk.",
-        plan=_plan_with(_src_right, _pairs_diag_unmasked(True)),
-    ),
+    *[
+        _replay_mistake(
+            "diagonal-unmasked",
+            "the diagonal block computed without the causal mask",
+            "The pairs marked 2 need local_attn(..., causal=True): a query must not see the keys "
+            "after it in its own chunk.",
+            plan=_plan_with(_src_right, _pairs_diag_unmasked(full)),
+        )
+        for full in (False, True)  # causal=False passed for the 2s; or every pair computed
+    ],
     _replay_mistake(
         "not-overlapped",
         "the next transfer waited for before the local attention",
