@@ -97,7 +97,7 @@ def ring_attention_rank(q, k, v, causal, softmax_scale, comm, local_attn, plan=r
     Args:
         q, k, v: this rank's shard, (B, H, n, d) torch tensors (front chunk then back chunk).
         causal: bool.  softmax_scale: s, a float.
-        comm: a RingComm (rank, world_size, sizes, isend, irecv).
+        comm: a RingComm (rank, world_size, sizes, exchange).
         local_attn: (q, k, v, causal, softmax_scale) -> (out, lse), e.g. local_attention on CPU
             or course_utils.triton_attention.flash_attention_fwd on a GPU.
 
@@ -119,12 +119,9 @@ def ring_attention_rank(q, k, v, causal, softmax_scale, comm, local_attn, plan=r
             nxt = sum(comm.sizes[(rank - step - 1) % P])
             k_next = k.new_empty(k.shape[:2] + (nxt, k.shape[3]))
             v_next = v.new_empty(k_next.shape)
-            requests = [
-                comm.isend(k, send_to),  # send 2 B H n_src d e bytes
-                comm.isend(v, send_to),
-                comm.irecv(k_next, recv_from),
-                comm.irecv(v_next, recv_from),
-            ]
+            # send 2 B H n_src d e bytes, as one batch (NCCL needs the sends and receives of a
+            # pair of ranks grouped; gloo takes either form)
+            requests = comm.exchange([k, v], send_to, [k_next, v_next], recv_from)
         fk = comm.sizes[src][0]
         k_chunks = (slice(0, fk), slice(fk, k.shape[2]))
         for a, b, q_rows, k_rows in _calls(pairs, q_chunks, k_chunks):

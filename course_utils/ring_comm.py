@@ -195,6 +195,30 @@ class RingComm:
         """Post the receive into `tensor` (contiguous, preallocated) from rank src."""
         return self._post("recv", tensor, src)
 
+    def exchange(self, send: list, dst: int, recv: list, src: int) -> list:
+        """Post the sends of `send` to dst and the receives into `recv` from src as ONE batch
+        (torch.distributed.batch_isend_irecv): NCCL then runs them together, where separate
+        isend / irecv on one pair of ranks could wait for each other. Returns the requests."""
+        import torch.distributed as dist
+
+        for t in (*send, *recv):
+            if not t.is_contiguous():
+                raise ValueError("exchange: every tensor must be contiguous")
+        ops, reqs = [], []
+        for kind, tensors, peer, op in (
+            ("send", send, dst, dist.isend),
+            ("recv", recv, src, dist.irecv),
+        ):
+            for t in tensors:
+                self._ids += 1
+                self.events.append((kind, self._ids))
+                if kind == "send":
+                    self.bytes_sent += t.numel() * t.element_size()
+                ops.append(dist.P2POp(op, t, int(peer), group=self.group))
+                reqs.append((kind, self._ids))
+        works = dist.batch_isend_irecv(ops) if ops else []
+        return [_Request(self, w, kind, i) for w, (kind, i) in zip(works, reqs, strict=True)]
+
     def watched(self, local_attn):
         """local_attn with every call logged as ("attn",): the overlap measurement's clock."""
 
