@@ -113,6 +113,9 @@ NAMED_MISTAKES = {
     "08_triton_backward": [
         ("bwd_dq_kernel", "dq-not-scaled", "dq = dq * softmax_scale", "dq = dq * 1.0"),
     ],
+    "10_ring_attention": [
+        ("ring_attention_rank", "diagonal-unmasked", "pairs[a][b] == 2,", "False,"),
+    ],
 }
 
 # The students of core(): one name per kind, the same student across the seven notebooks

@@ -6,9 +6,10 @@ replays and private helpers, the Triton kernels) is a stub that raises Reference
 whose source is not there to read (no `inspect.getsource` then `exec`). What a learner's code may
 use stays whole: the instrumentation the grader talks to (checks._core, _wire, _remote), input
 validation, the CountingMemory of notebook 04, the KeyParts of notebook 02, the hardware facts of
-the roofline module, the Triton skeletons of notebooks 06 and 09 and the launchers of notebook
-06's puzzles. Names stay importable, so a notebook's imports work and only a call into an answer
-fails, named `calls-reference` by the check.
+the roofline module, the Triton skeletons of notebooks 06, 08 and 09, the launchers of notebook
+06's puzzles and the ring plumbing of notebook 10 (ring_comm: processes, RingComm, the runner).
+Names stay importable, so a notebook's imports work and only a call into an answer fails, named
+`calls-reference` by the check.
 
     build(dest) -> dest/course_utils
 """
@@ -30,6 +31,7 @@ WHOLE = {
     "checks/_core.py",
     "checks/_wire.py",
     "checks/_remote.py",
+    "ring_comm.py",
     "triton_attention/__init__.py",
     "triton_attention/learner.py",
     "triton_attention/decode_learner.py",
@@ -49,6 +51,7 @@ KEEP = {
         "record_loop",
     },
     "softmax.py": {"NEG_INF"},
+    "ring_attention.py": {"SKIP", "FULL", "CAUSAL"},
     "roofline.py": {"Hardware", "A100", "H100_SXM", "H200"},
     "checks/merge.py": {"KeyParts", "key_parts"},
     "triton_attention/forward.py": {"_check_inputs"},

@@ -1,0 +1,180 @@
+"""The reference ring (course_utils.ring_attention) and its plumbing (course_utils.ring_comm).
+
+Every ring here is real: P gloo processes forked from the test, joined through a FileStore.
+A few runs per test, small shapes: each start costs about 0.1 s per rank on two shared cores.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from course_utils import attention_reference
+from course_utils.ring_attention import (
+    CAUSAL,
+    FULL,
+    SKIP,
+    merge_partials_torch,
+    ring_attention,
+    ring_bytes_sent,
+    ring_plan,
+    ring_schedule,
+)
+from course_utils.ring_comm import (
+    RingError,
+    launch_ring,
+    local_attention,
+    shard,
+    shard_sizes,
+    unshard,
+    zigzag_bounds,
+)
+
+
+def _full(q, k, v, causal):
+    B, H, N, d = q.shape
+    out, lse = np.zeros((B, H, N, d)), np.zeros((B, H, N))
+    for b in range(B):
+        for h in range(H):
+            out[b, h], lse[b, h] = attention_reference(q[b, h], k[b, h], v[b, h], causal)
+    return out, lse
+
+
+@pytest.mark.parametrize(
+    "P, N, causal",
+    [(1, 5, True), (2, 9, False), (2, 9, True), (3, 10, True), (4, 13, True), (4, 6, False)],
+)
+def test_ring_equals_full_attention(P, N, causal):
+    rng = np.random.default_rng(P * 100 + N)
+    q, k, v = (rng.normal(size=(2, 2, N, 8)) for _ in range(3))
+    out, lse, sent = ring_attention(q, k, v, causal, P)
+    ref_out, ref_lse = _full(q, k, v, causal)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(lse, ref_lse, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(sent, ring_bytes_sent(N, P, 2, 2, 8, 8))
+
+
+def test_bytes_formula_equal_shards():
+    P, N, B, H, d, e = 4, 64, 1, 2, 8, 2
+    expected = 2 * (P - 1) * B * H * d * e * N / P
+    np.testing.assert_array_equal(ring_bytes_sent(N, P, B, H, d, e), np.full(P, expected))
+    assert ring_bytes_sent(N, 1, B, H, d, e).tolist() == [0.0]
+
+
+@pytest.mark.parametrize("N, P", [(0, 1), (1, 2), (7, 3), (13, 4), (32, 4), (5, 8)])
+def test_zigzag_layout_covers_the_sequence(N, P):
+    bounds = zigzag_bounds(N, P)
+    chunks = sorted(c for pair in bounds for c in pair)
+    assert chunks[0][0] == 0 and chunks[-1][1] == N
+    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:], strict=False))
+    sizes = [f + b for f, b in shard_sizes(N, P)]
+    assert max(sizes) - min(sizes) <= 2
+    x = torch.arange(N, dtype=torch.float64).reshape(1, 1, N, 1)
+    assert torch.equal(unshard(shard(x, P)), x)
+    xn = np.arange(N, dtype=float).reshape(1, 1, N)
+    np.testing.assert_array_equal(unshard(shard(xn, P)), xn)
+
+
+def test_causal_work_is_balanced():
+    """Zig-zag: after the diagonal step every rank computes the same number of (q, k) pairs."""
+    P, N = 4, 64
+    sizes = shard_sizes(N, P)
+    for step in range(1, P):
+        work = []
+        for r in range(P):
+            src, _, _, pairs = ring_plan(r, step, P, True)
+            qs, ks = sizes[r], sizes[src]
+            work.append(sum(qs[a] * ks[b] for a in (0, 1) for b in (0, 1) if pairs[a][b]))
+        assert len(set(work)) == 1, work
+
+
+def test_plan_and_schedule():
+    assert ring_plan(2, 0, 4, True) == (2, 3, 1, ((CAUSAL, SKIP), (FULL, CAUSAL)))
+    assert ring_plan(2, 1, 4, True) == (1, 3, 1, ((FULL, SKIP), (FULL, SKIP)))
+    assert ring_plan(0, 1, 4, True) == (3, 1, 3, ((SKIP, SKIP), (FULL, FULL)))
+    schedule = ring_schedule(3, False)
+    assert [[s for s, _ in row] for row in schedule] == [[0, 1, 2], [2, 0, 1], [1, 2, 0]]
+    with pytest.raises(ValueError, match="rank"):
+        ring_plan(4, 0, 4, True)
+    with pytest.raises(TypeError, match="P must be an int"):
+        ring_plan(0, 0, 2.0, True)
+
+
+def test_merge_torch_empty_sets():
+    o = torch.ones(1, 1, 2, 3, dtype=torch.float64)
+    lse = torch.tensor([[[-np.inf, 0.5]]], dtype=torch.float64)
+    out, l = merge_partials_torch(o, lse, torch.zeros_like(o), torch.full_like(lse, -np.inf))
+    assert torch.isneginf(l[0, 0, 0]) and torch.equal(out[0, 0, 0], torch.zeros(3).double())
+    assert l[0, 0, 1] == 0.5 and not torch.isnan(out).any()
+
+
+def test_local_attention_no_keys():
+    q = torch.ones(1, 1, 2, 4, dtype=torch.float64)
+    k = torch.ones(1, 1, 0, 4, dtype=torch.float64)
+    out, lse = local_attention(q, k, k)
+    assert torch.equal(out, torch.zeros(1, 1, 2, 4).double()) and torch.isneginf(lse).all()
+    with pytest.raises(ValueError, match="causal needs Nq == Nk"):
+        local_attention(q, q[:, :, :1], q[:, :, :1], causal=True)
+
+
+def _pid_and_raise(comm, flag):
+    if flag:
+        raise KeyError("rank one fails")
+    return os.getpid()
+
+
+def _ranks_pids(comm, _):
+    return os.getpid(), comm.rank, comm.world_size
+
+
+def test_launch_ring_ends_its_processes():
+    results = launch_ring(_ranks_pids, 3, [None] * 3)
+    assert [r[1:] for r in results] == [(0, 3), (1, 3), (2, 3)]
+    for pid, _, _ in results:  # every rank was joined: its pid is gone
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_launch_ring_names_the_failing_rank():
+    with pytest.raises(KeyError, match="rank 1 of 2"):
+        launch_ring(_pid_and_raise, 2, [False, True])
+
+
+def _hang(comm, _):
+    if comm.rank == 0:  # rank 1 never sends: rank 0 waits until the deadline
+        t = torch.empty(1)
+        comm.irecv(t, 1).wait()
+    return comm.rank
+
+
+def test_launch_ring_deadline_kills_a_hung_rank():
+    with pytest.raises((RingError, RuntimeError)):
+        launch_ring(_hang, 2, [None, None], timeout_s=2.0)
+
+
+def test_launch_ring_bad_arguments():
+    with pytest.raises(ValueError, match="P must be an int"):
+        launch_ring(_ranks_pids, 0)
+    with pytest.raises(ValueError, match="args_per_rank"):
+        launch_ring(_ranks_pids, 2, [1])
+    with pytest.raises(ValueError, match="backend"):
+        launch_ring(_ranks_pids, 2, [1, 2], backend="mpi")
+
+
+def _count(comm, _):
+    t = torch.zeros(5, dtype=torch.float32)
+    peer = 1 - comm.rank
+    reqs = [comm.isend(t, peer), comm.irecv(torch.empty(5), peer)]
+    comm.watched(lambda: None)()
+    for r in reqs:
+        r.wait()
+    with pytest.raises(ValueError, match="peer rank"):
+        comm.isend(t, comm.rank)
+    return comm.bytes_sent, comm.overlap()
+
+
+def test_comm_counts_bytes_and_overlap():
+    assert launch_ring(_count, 2, [None, None]) == [(20, 1.0), (20, 1.0)]
