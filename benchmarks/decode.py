@@ -203,10 +203,10 @@ def sweep(page_sizes, copy_gbs, gen) -> str:
             from course_utils.triton_attention.decode import choose_num_splits
 
             auto = choose_num_splits(batch, kv_heads, n, page)
-            split_options = sorted({max(1, auto // 2), auto, min(256, auto * 2)})
-            tiles = [p for p in (1, 2, 4, 8) if p * page <= 256]
+            split_options = sorted({auto, min(256, auto * 2)})
+            tiles = [p for p in (1, 2, 4, 8) if 32 <= p * page <= 128]
             for ppt, warps, stages, splits in itertools.product(
-                tiles, (2, 4, 8), (2, 3, 4), split_options
+                tiles, (4, 8), (2, 3), split_options
             ):
                 kw = dict(pages_per_tile=ppt, num_warps=warps, num_stages=stages)
                 try:
@@ -225,6 +225,7 @@ def sweep(page_sizes, copy_gbs, gen) -> str:
                     f"{page:4d} {ppt:11d} {warps:6d} {stages:7d} {splits:7d} {batch:6d} "
                     f"{kv_heads:8d} {n:6d} {gbs:6.0f} {gbs / copy_gbs:10.2f}"
                 )
+                print(lines[-1], flush=True)  # a run cut short keeps what it timed
                 key = (batch, kv_heads, n)
                 if gbs > best.get(key, (0,))[0]:
                     best[key] = (gbs, page, ppt, warps, stages, splits)
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-stages", type=int)
     parser.add_argument("--num-splits", type=int, help="default: choose_num_splits")
     parser.add_argument("--sweep", action="store_true", help="time the tunables, then stop")
-    parser.add_argument("--sweep-pages", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--sweep-pages", type=int, nargs="+", default=[16])
     parser.add_argument("--record", action="store_true", help="append a section to RESULTS.md")
     parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args(argv)
