@@ -78,7 +78,8 @@ def test_solution_passes_every_check(solution):
         C.check_bwd_preprocess, solution.bwd_preprocess_kernel
     )
     out = run_quietly(C.check_dkdv_kernel, solution.bwd_dkdv_kernel)
-    assert "✓ bwd_dkdv_kernel" in out and "skipped" in out
+    skip_said = "interpreter only" if torch.cuda.is_available() else "skipped"
+    assert "✓ bwd_dkdv_kernel" in out and skip_said in out
     assert "✓ bwd_dq_kernel" in run_quietly(C.check_dq_kernel, solution.bwd_dq_kernel)
     assert "✓ FlashAttentionTriton" in run_quietly(
         C.check_attention_function, solution.FlashAttentionTriton

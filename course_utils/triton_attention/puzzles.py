@@ -147,17 +147,19 @@ def run_row_block(kernel, q, k, v, pad: float, qk_scale: float, block_n: int):
 
 
 def _laid_out(t: torch.Tensor, layout: str) -> torch.Tensor:
-    """t (B, H, N, d) in fresh memory: "contiguous" with 256 rows of zeros after the end (a tile
-    that runs past the last row stays inside the allocation), or "bnhd", a (B, N + 256, H, d)
-    buffer seen as (B, H, N, d): rows H * d elements apart, as when q comes from a (B, N, H*d)
-    projection."""
+    """t (B, H, N, d) in fresh memory with a guard band of NaN after the end: "contiguous" with
+    256 rows of NaN after the last one, or "bnhd", a (B, N + 256, H, d) buffer seen as (B, H, N, d)
+    (rows H * d elements apart, as when q comes from a (B, N, H*d) projection), whose 256 rows
+    past N are NaN for every head. A tile that runs past the last row stays inside the
+    allocation, and a load that is not masked there brings NaN into the result (a GPU returns
+    whatever memory holds past the end, silently; the guard makes it show)."""
     B, H, N, d = t.shape
     if layout == "contiguous":
-        flat = torch.zeros(t.numel() + 256 * d, dtype=t.dtype, device=t.device)
+        flat = torch.full((t.numel() + 256 * d,), float("nan"), dtype=t.dtype, device=t.device)
         flat[: t.numel()] = t.reshape(-1)
         return flat[: t.numel()].view(B, H, N, d)
     if layout == "bnhd":
-        buf = torch.zeros((B, N + 256, H, d), dtype=t.dtype, device=t.device)
+        buf = torch.full((B, N + 256, H, d), float("nan"), dtype=t.dtype, device=t.device)
         buf[:, :N] = t.transpose(1, 2)
         return buf[:, :N].transpose(1, 2)
     raise ValueError(f"layout must be 'contiguous' or 'bnhd', got {layout!r}")
