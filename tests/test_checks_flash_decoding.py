@@ -24,7 +24,7 @@ RIGHT = """
 import triton
 import triton.language as tl
 
-LN2 = 0.6931471805599453
+LN2 = tl.constexpr(0.6931471805599453)  # a global a kernel reads must be a constexpr
 
 
 @triton.jit
@@ -266,3 +266,13 @@ def test_quick_checks():
         F.check_quick_kv_bytes(65536 * 8 * 128 * 2)
     assert math.isclose(2 * 65536 * 8 * 128 * 2, 268435456)
     assert ta.INTERPRETER in (True, False)
+
+
+def test_a_plain_global_in_the_kernel_is_named_on_any_machine(tmp_path):
+    """The interpreter runs a kernel that reads a plain global; a GPU refuses to compile it. The
+    check says so on a CPU too, with the fix."""
+    plain = RIGHT.replace("LN2 = tl.constexpr(0.6931471805599453)", "LN2 = 0.6931471805599453")
+    assert plain != RIGHT
+    with pytest.raises(CheckFailure) as failure:
+        run_quietly(F.check_attend_chunk, _module(tmp_path, "plain_global", plain))
+    assert "LN2 = tl.constexpr(0.6931471805599453)" in str(failure.value), str(failure.value)

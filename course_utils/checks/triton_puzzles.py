@@ -850,6 +850,7 @@ class ForwardCase:
     softmax_scale: float | None = None  # None: 1/sqrt(d)
     poison_from: int | None = None  # keys >= this are NaN; only rows < this are compared
     late_max: bool = False
+    negative: bool = False  # every score q.k below zero: a key of score 0 would take the weight
 
     @property
     def scale(self) -> float:
@@ -866,6 +867,8 @@ class ForwardCase:
             text += ", stored as (B, N, H, d) and seen as (B, H, N, d): rows H * d apart"
         if self.poison_from is not None:
             text += f", keys and values from row {self.poison_from} on are NaN"
+        if self.negative:
+            text += ", every score q.k below zero (a key past the end, scored 0, would dominate)"
         return text
 
 
@@ -890,6 +893,8 @@ def _forward_cases(seed, trials, on_gpu: bool) -> list[ForwardCase]:
             C("4 heads, N = 256, softmax_scale = 0.3", "one tile", 2, 2, 256, 256, 64, False,
               "float16", 2, softmax_scale=0.3, late_max=True),
             C("ragged N = 333", "ragged N", 2, 2, 333, 333, 64, False, "float16", 3),
+            C("ragged N = 333, every score below zero", "ragged N", 1, 2, 333, 333, 64, False,
+              "float16", 16, negative=True),
             C("a (B, N, H, d) tensor seen as (B, H, N, d)", "strided layout", 2, 3, 200, 200, 64,
               False, "float16", 4, layout="bnhd"),
             C("N_q = 257, N_k = 1023", "N_q != N_k", 1, 2, 257, 1023, 64, False, "float16", 5),
@@ -913,6 +918,8 @@ def _forward_cases(seed, trials, on_gpu: bool) -> list[ForwardCase]:
             C("2 heads, N = 64, softmax_scale = 0.3, a later tile raises the max", "one tile",
               1, 2, 64, 64, 16, False, "float32", 2, softmax_scale=0.3, late_max=True),
             C("ragged N = 50", "ragged N", 2, 1, 50, 50, 16, False, "float32", 3),
+            C("ragged N = 50, every score below zero", "ragged N", 1, 1, 50, 50, 16, False,
+              "float32", 16, negative=True),
             C("a (B, N, H, d) tensor seen as (B, H, N, d)", "strided layout", 2, 2, 24, 24, 16,
               False, "float32", 4, layout="bnhd"),
             C("N_q = 33, N_k = 70", "N_q != N_k", 1, 2, 33, 70, 16, False, "float32", 5),
@@ -961,6 +968,8 @@ def _forward_inputs(case: ForwardCase, torch, device):
     v = torch.randn(shape_k, generator=gen)
     if case.late_max and case.n_k > 16:
         k[:, :, -16:] *= 2.5
+    if case.negative:  # q.k = -sum |q_i| |k_i| < 0 for every pair
+        q, k = q.abs() + 0.5, -(k.abs() + 0.5)
     dtype = getattr(torch, case.dtype)
     q, k, v = (t.to(dtype) for t in (q, k, v))
     as64 = tuple(t.double().numpy() for t in (q, k, v))

@@ -65,8 +65,11 @@ DEFAULT_TUNING = {
     "tile_tokens": 64,  # pages_per_tile = max(1, tile_tokens // page_size) unless given
     "num_warps": 4,
     "num_stages": 2,
-    "programs_per_sm": 2,  # num_splits aims at this many programs per SM (two waves' worth)
-    "min_tokens_per_split": 256,  # shorter chunks cost more in the merge than they win
+    # num_splits aims at this many programs per SM, and no chunk shorter than this: on the H200
+    # (2026-12-02, benchmarks/RESULTS.md) 4 per SM beat 2 (batch 1, 8 KV heads, 64k: 3,265 GB/s
+    # with 66 splits against about 1,660 with 33) and 128-token chunks beat 256 at 8k (64 splits)
+    "programs_per_sm": 4,
+    "min_tokens_per_split": 128,
 }
 
 
@@ -221,7 +224,7 @@ def choose_num_splits(
 
     Without splitting the grid has batch * kv_heads programs; decode is memory-bound, and an SM
     with no program pulls no bytes. So split each cache until the grid has about
-    programs_per_sm * sms programs (two per SM keep loads in flight while the other waits),
+    programs_per_sm * sms programs (several per SM keep loads in flight while others wait),
 
         num_splits = ceil(programs_per_sm * sms / (batch * kv_heads)),
 

@@ -145,6 +145,34 @@ def check_learner_function(fn, name: str) -> None:
         raise NotImplementedError(
             f"{name} is not written yet: replace `raise NotImplementedError()` with your code"
         )
+    plain = plain_globals(python_fn)
+    if plain:
+        g, value = plain[0]
+        raise TypeError(
+            f"{name} reads the global {g} = {value!r}. The interpreter allows that, but a "
+            "@triton.jit function compiled for a GPU can read only globals made with "
+            f"tl.constexpr: write `{g} = tl.constexpr({value!r})`, or pass {g} as an argument"
+        )
+
+
+_PLAIN = (int, float, complex, str, bytes, tuple, list, dict, set)
+
+
+def plain_globals(python_fn) -> list[tuple[str, object]]:
+    """The globals a kernel's body reads that are plain Python values (not tl.constexpr, not a
+    module, not a @triton.jit function): each one is a compile error on a GPU (Triton 3.x), though
+    the interpreter runs the kernel without a word. Nested code objects are searched too."""
+    names, stack = [], [python_fn.__code__]
+    while stack:
+        code = stack.pop()
+        names += code.co_names
+        stack += [c for c in code.co_consts if inspect.iscode(c)]
+    found, scope = [], getattr(python_fn, "__globals__", {})
+    for n in dict.fromkeys(names):
+        value = scope.get(n, None)
+        if n in scope and (isinstance(value, _PLAIN) or type(value).__module__ == "numpy"):
+            found.append((n, value))
+    return found
 
 
 def default_blocks(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
