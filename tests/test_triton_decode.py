@@ -187,15 +187,15 @@ def test_bad_page_size_and_splits():
 
 
 def test_choose_num_splits_follows_the_sm_fill_model():
-    # batch 1, 8 KV heads, 64k tokens: four programs per SM -> ceil(4 * 132 / 8) = 66 splits
-    assert choose_num_splits(1, 8, 65536, 16, sms=132) == 66
+    # batch 1, 8 KV heads, 64k tokens: two programs per SM -> ceil(2 * 132 / 8) = 33 splits
+    assert choose_num_splits(1, 8, 65536, 16, sms=132) == 33
     # the same with the model's other settings given
-    assert choose_num_splits(1, 8, 65536, 16, sms=132, programs_per_sm=2) == 33
+    assert choose_num_splits(1, 8, 65536, 16, sms=132, programs_per_sm=4) == 66
     # a full grid without splitting: one split
     assert choose_num_splits(128, 8, 65536, 16, sms=132) == 1
-    # short caches: chunks of at least 128 tokens
-    assert choose_num_splits(1, 8, 1024, 16, sms=132) == 8
-    assert choose_num_splits(1, 8, 1024, 16, sms=132, min_tokens_per_split=256) == 4
+    # short caches: chunks of at least 256 tokens
+    assert choose_num_splits(1, 8, 1024, 16, sms=132) == 4
+    assert choose_num_splits(1, 8, 1024, 16, sms=132, min_tokens_per_split=128) == 8
     assert choose_num_splits(1, 1, 0, 16, sms=132) == 1
     assert 1 <= choose_num_splits(1, 1, 10**7, 16) <= MAX_SPLITS
     if ta.INTERPRETER:

@@ -65,11 +65,12 @@ DEFAULT_TUNING = {
     "tile_tokens": 64,  # pages_per_tile = max(1, tile_tokens // page_size) unless given
     "num_warps": 4,
     "num_stages": 2,
-    # num_splits aims at this many programs per SM, and no chunk shorter than this: on the H200
-    # (2026-12-02, benchmarks/RESULTS.md) 4 per SM beat 2 (batch 1, 8 KV heads, 64k: 3,265 GB/s
-    # with 66 splits against about 1,660 with 33) and 128-token chunks beat 256 at 8k (64 splits)
-    "programs_per_sm": 4,
-    "min_tokens_per_split": 128,
+    # num_splits aims at this many programs per SM, and no chunk shorter than this. On the H200
+    # (2026-12-02, benchmarks/RESULTS.md, decode runs 1 and 2) 4 per SM with 128-token chunks
+    # was slower over the whole grid than 2 per SM with 256 (batch 8, 32 KV heads, 64k: 4,013
+    # against 4,520 GB/s), though the sweep had favoured it at two points
+    "programs_per_sm": 2,
+    "min_tokens_per_split": 256,
 }
 
 
