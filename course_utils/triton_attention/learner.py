@@ -175,10 +175,23 @@ def plain_globals(python_fn) -> list[tuple[str, object]]:
     return found
 
 
-def default_blocks(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for this head dimension and dtype."""
-    if INTERPRETER:
+def default_blocks(
+    head_dim: int, dtype: torch.dtype, capability: tuple[int, int] | None = None
+) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for this head dimension and dtype.
+
+    capability: the GPU's (major, minor); default this machine's GPU. Below sm_80 (a T4) the
+    tiles are `targets.tile_config`'s (tl.dot runs on FMA there, one stage, 64 KiB of shared
+    memory); from sm_80 on GPU_BLOCKS. In the interpreter INTERPRETER_BLOCKS.
+    """
+    if INTERPRETER and capability is None:
         return INTERPRETER_BLOCKS
+    if capability is None:
+        capability = torch.cuda.get_device_capability()
+    if tuple(capability) < (8, 0):
+        from .targets import tile_config
+
+        return tuple(tile_config(capability, head_dim, dtype, "fwd"))
     if head_dim > 128 or dtype.itemsize > 2:
         return GPU_BLOCKS["large"]
     return GPU_BLOCKS["d<=64" if head_dim <= 64 else "d<=128"]

@@ -78,10 +78,27 @@ def store_tile(
     tl.store(ptr + rows[:, None] * HEAD_DIM + cols[None, :], tile, mask=mask)
 
 
-def default_blocks(head_dim: int, dtype: torch.dtype) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for this head dimension and dtype."""
-    if INTERPRETER:
+def default_blocks(
+    head_dim: int,
+    dtype: torch.dtype,
+    capability: tuple[int, int] | None = None,
+    pass_: str = "dkdv",
+) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for this head dimension and dtype.
+
+    capability: the GPU's (major, minor); default this machine's GPU. Below sm_80 (a T4) the
+    tiles of `targets.tile_config` for pass_ ("dkdv" or "dq"): tl.dot runs on FMA there, with
+    one stage and 64 KiB of shared memory; from sm_80 on GPU_BLOCKS. In the interpreter
+    INTERPRETER_BLOCKS.
+    """
+    if INTERPRETER and capability is None:
         return INTERPRETER_BLOCKS
+    if capability is None:
+        capability = torch.cuda.get_device_capability()
+    if tuple(capability) < (8, 0):
+        from .targets import tile_config
+
+        return tuple(tile_config(capability, head_dim, dtype, pass_))
     return GPU_BLOCKS["large" if head_dim > 128 or dtype.itemsize > 2 else "small"]
 
 
@@ -185,8 +202,8 @@ def learner_backward(
     return dq, dk, dv
 
 
-def _tiles(q, block_m, block_n):
-    blocks = default_blocks(q.shape[3], q.dtype)
+def _tiles(q, block_m, block_n, pass_):
+    blocks = default_blocks(q.shape[3], q.dtype, pass_=pass_)
     block_m = blocks[0] if block_m is None else block_m
     block_n = blocks[1] if block_n is None else block_n
     _check_tile("block_m", block_m)
@@ -209,7 +226,7 @@ def _launch_preprocess(kernel, out, do) -> torch.Tensor:
 def _launch_dkdv(kernel, q, k, v, do, lse, delta, causal, scale, block_m, block_n):
     batch, heads, n_q, d = q.shape
     n_k = k.shape[2]
-    block_m, block_n, options = _tiles(q, block_m, block_n)
+    block_m, block_n, options = _tiles(q, block_m, block_n, "dkdv")
     q, k, v, do, lse, delta = (t.contiguous() for t in (q, k, v, do, lse, delta))
     dk, dv = (torch.full_like(t, float("nan")) for t in (k, v))  # an unwritten row shows up
     grid = (triton.cdiv(n_k, block_n), batch * heads)
@@ -224,7 +241,7 @@ def _launch_dkdv(kernel, q, k, v, do, lse, delta, causal, scale, block_m, block_
 def _launch_dq(kernel, q, k, v, do, lse, delta, causal, scale, block_m, block_n):
     batch, heads, n_q, d = q.shape
     n_k = k.shape[2]
-    block_m, block_n, options = _tiles(q, block_m, block_n)
+    block_m, block_n, options = _tiles(q, block_m, block_n, "dq")
     q, k, v, do, lse, delta = (t.contiguous() for t in (q, k, v, do, lse, delta))
     dq = torch.full_like(q, float("nan"))
     grid = (triton.cdiv(n_q, block_m), batch * heads)

@@ -360,11 +360,38 @@ def _resource_usage(cubin: bytes) -> tuple[int | None, int | None]:
     return (int(regs.group(1)) if regs else None, int(stack.group(1)) if stack else None)
 
 
+class CompileError(RuntimeError):
+    """A kernel that Triton's compiler (or ptxas) refused for a target; the message names both."""
+
+
+def _import_root(fn) -> str | None:
+    """The sys.path entry from which fn's module imports: its file's folder, less one folder per
+    dot of the module's name (None for a module without a file). A module made from a file
+    (importlib.util.spec_from_file_location, as the tests do with a notebook's answer cells)
+    imports in the compile process from the same folder; so does tests/triton06_answers."""
+    module = sys.modules.get(fn.__module__)
+    path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    root = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(path) == "__init__.py":
+        root = os.path.dirname(root)
+    for _ in range(fn.__module__.count(".")):
+        root = os.path.dirname(root)
+    return root
+
+
+def _import_object(module: str, name: str, root: str | None):
+    if root and root not in sys.path:
+        sys.path.append(root)  # after the installed packages: never shadows them
+    return getattr(importlib.import_module(module), name)
+
+
 def _kernel_of(job: dict):
     """The object a job names; an autotuner or heuristics wrapper is unwrapped to its kernel."""
     import triton
 
-    kernel = getattr(importlib.import_module(job["module"]), job["name"])
+    kernel = _import_object(job["module"], job["name"], job.get("root"))
     while hasattr(kernel, "fn") and not isinstance(kernel, triton.runtime.jit.JITFunction):
         kernel = kernel.fn
     return kernel
@@ -405,13 +432,24 @@ def _compile_here(job: dict) -> Compiled:
     cap = tuple(job["capability"])
     target = GPUTarget("cuda", 10 * cap[0] + cap[1], 32)
     backend = make_backend(target)
-    src = _make_source(kernel, job["signature"], job["constexprs"], job["divisible"], backend)
+    constexprs = {
+        n: (_import_object(*v[_JIT_REF]) if isinstance(v, dict) and _JIT_REF in v else v)
+        for n, v in job["constexprs"].items()
+    }  # a @triton.jit function passed as a tl.constexpr (notebook 09's ATTEND) is named
+    src = _make_source(kernel, job["signature"], constexprs, job["divisible"], backend)
     options = {"num_warps": job["num_warps"], "num_stages": job["num_stages"]}
     if job.get("maxnreg") is not None:
         options["maxnreg"] = job["maxnreg"]
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*TRITON_DEFAULT_FP_FUSION.*")
-        compiled = triton.compile(src, target=target, options=options)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*TRITON_DEFAULT_FP_FUSION.*")
+            compiled = triton.compile(src, target=target, options=options)
+    except Exception as e:  # Triton's CompilationError names the line; say which kernel it is
+        shown = {n: v for n, v in job["constexprs"].items() if not isinstance(v, dict)}
+        raise CompileError(
+            f"{job['name']} (module {job['module']}) does not compile for sm_{target.arch} with "
+            f"{shown}: {type(e).__name__}: {str(e).strip()[-3000:]}"
+        ) from e
     cubin = compiled.asm["cubin"]
     regs, stack = _resource_usage(cubin)
     return Compiled(
@@ -421,10 +459,28 @@ def _compile_here(job: dict) -> Compiled:
     )  # fmt: skip
 
 
-def _job(kernel, signature, constexprs, target, num_warps, num_stages, maxnreg, divisible):
+_JIT_REF = "__jit__"
+
+
+def _python_function(kernel):
     fn = getattr(kernel, "fn", kernel)
     while hasattr(fn, "fn"):  # Autotuner -> JITFunction / InterpretedFunction -> function
         fn = fn.fn
+    return fn
+
+
+def _constexpr_value(value):
+    """A constexpr as JSON: a @triton.jit function becomes {"__jit__": [module, name, root]}."""
+    from triton.runtime.jit import KernelInterface
+
+    if isinstance(value, KernelInterface):
+        fn = _python_function(value)
+        return {_JIT_REF: [fn.__module__, fn.__name__, _import_root(fn)]}
+    return value
+
+
+def _job(kernel, signature, constexprs, target, num_warps, num_stages, maxnreg, divisible):
+    fn = _python_function(kernel)
     module, name = fn.__module__, fn.__name__
     names = list(inspect.signature(fn).parameters)
     unknown = (set(signature) | set(constexprs)) - set(names)
@@ -443,21 +499,48 @@ def _job(kernel, signature, constexprs, target, num_warps, num_stages, maxnreg, 
     if divisible is None:
         divisible = tuple(a for a, t in signature.items() if str(t).startswith("*"))
     return {
-        "module": module, "name": name, "signature": dict(signature),
-        "constexprs": dict(constexprs), "capability": list(c.capability),
+        "module": module, "name": name, "root": _import_root(fn), "signature": dict(signature),
+        "constexprs": {n: _constexpr_value(v) for n, v in constexprs.items()},
+        "capability": list(c.capability),
         "num_warps": num_warps, "num_stages": num_stages, "maxnreg": maxnreg,
         "divisible": list(divisible),
     }  # fmt: skip
 
 
-def compile_many(jobs: list[dict], processes: int = 1) -> list[Compiled]:
-    """Compile job dicts (see `_job`) here, or in `processes` child processes when interpreting."""
+def compile_many(
+    jobs: list[dict], processes: int = 1, on_error: str = "raise"
+) -> list[Compiled | CompileError]:
+    """Compile job dicts (see `_job`) here, or in `processes` child processes when interpreting.
+
+    A kernel that does not compile gives a CompileError naming the kernel, the target and
+    Triton's message (e.g. a plain Python global read in the kernel): raised (on_error="raise",
+    the first one) or put in the list in that job's place (on_error="return").
+    """
+    if on_error not in ("raise", "return"):
+        raise ValueError(f"on_error must be 'raise' or 'return', got {on_error!r}")
     if not jobs:
         return []
     if ptxas_path() is None:
         raise RuntimeError("no ptxas: Triton's wheel ships one; set TRITON_PTXAS_PATH to another")
     if all(_compilable_here(j) for j in jobs):
-        return [_compile_here(j) for j in jobs]
+        ordered = [_compile_or_error(j) for j in jobs]
+    else:
+        ordered = _compile_in_children(jobs, processes)
+    if on_error == "raise":
+        for r in ordered:
+            if isinstance(r, CompileError):
+                raise r
+    return ordered
+
+
+def _compile_or_error(job: dict) -> Compiled | CompileError:
+    try:
+        return _compile_here(job)
+    except CompileError as e:
+        return e
+
+
+def _compile_in_children(jobs: list[dict], processes: int) -> list:
     processes = max(1, min(processes, len(jobs)))
     chunks = [jobs[i::processes] for i in range(processes)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -485,13 +568,17 @@ def compile_many(jobs: list[dict], processes: int = 1) -> list[Compiled]:
     return ordered
 
 
-def _to_json(c: Compiled) -> dict:
+def _to_json(c: Compiled | CompileError) -> dict:
+    if isinstance(c, CompileError):
+        return {"error": str(c)}
     d = {k: getattr(c, k) for k in Compiled.__dataclass_fields__}
     d["cubin"] = base64.b64encode(c.cubin).decode()
     return d
 
 
-def _from_json(d: dict) -> Compiled:
+def _from_json(d: dict) -> Compiled | CompileError:
+    if "error" in d:
+        return CompileError(d["error"])
     d = dict(d, capability=tuple(d["capability"]), cubin=base64.b64decode(d["cubin"]))
     return Compiled(**d)
 
@@ -594,7 +681,7 @@ def _main(path: str) -> None:
     with open(path) as f:
         jobs = json.load(f)
     with open(path + ".out", "w") as f:
-        json.dump([_to_json(_compile_here(j)) for j in jobs], f)
+        json.dump([_to_json(_compile_or_error(j)) for j in jobs], f)
 
 
 if __name__ == "__main__":
