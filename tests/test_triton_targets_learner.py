@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 import course_utils.triton_attention as ta  # noqa: F401  (the interpreter, before triton)
 from course_utils.triton_attention import targets as T
@@ -49,7 +48,10 @@ def _answer_cells(notebook: str, grade_ids: tuple[str, ...]) -> str:
     return "\n\n".join(cells[g] for g in grade_ids)
 
 
-HEAD = "import torch\nimport course_utils.triton_attention as ta\nimport triton\nimport triton.language as tl\n"
+HEAD = (
+    "import torch\nimport course_utils.triton_attention as ta\nimport triton\n"
+    "import triton.language as tl\n"
+)
 SOURCES = {
     "sol08": HEAD
     + "from course_utils.triton_attention.learner_backward import learner_backward, load_tile, "
@@ -58,7 +60,7 @@ SOURCES = {
     "sol09": HEAD + "\n" + _answer_cells("09_flash_decoding", ("attend_chunk",)),
     # A right step and finalize for learner.py's skeleton (the old notebook 06 exercise).
     "sol06_skeleton": HEAD
-    + '''
+    + """
 LN2 = tl.constexpr(0.6931471805599453)
 
 
@@ -80,10 +82,10 @@ def online_softmax_step(acc, m_i, l_i, q, k, v, offs_m, offs_n, seqlen_k, qk_sca
 @triton.jit
 def finalize_rows(acc, m_i, l_i):
     return acc / l_i[:, None], (m_i + tl.math.log2(l_i)) * LN2
-''',
+""",
     # What the brief's bug looked like: a plain float read inside a kernel.
     "plain_global": HEAD
-    + '''
+    + """
 LN2 = 0.6931471805599453
 
 
@@ -92,7 +94,7 @@ def lse_kernel(m_ptr, l_ptr, lse_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     m = tl.load(m_ptr + offs)
     tl.store(lse_ptr + offs, (m + tl.math.log2(tl.load(l_ptr + offs))) * LN2)
-''',
+""",
 }
 
 
@@ -141,16 +143,38 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
     a06 = m["answers06"]
     for cap in ((7, 5), (9, 0)):
         # Puzzles 1-4: the checks' dtypes are the same on every GPU (float32; float16 for dot).
-        add("06", "scale_tile_kernel", a06.scale_tile_kernel,
-            {"x_ptr": "*fp32", "y_ptr": "*fp32", "alpha": "fp32"}, {"BLOCK_R": 16, "BLOCK_C": 32}, cap)
-        add("06", "softmax_rows_kernel", a06.softmax_rows_kernel,
-            {"x_ptr": "*fp32", "y_ptr": "*fp32"}, {"BLOCK": 64}, cap)
-        add("06", "matmul_kernel", a06.matmul_kernel,
+        add(
+            "06",
+            "scale_tile_kernel",
+            a06.scale_tile_kernel,
+            {"x_ptr": "*fp32", "y_ptr": "*fp32", "alpha": "fp32"},
+            {"BLOCK_R": 16, "BLOCK_C": 32},
+            cap,
+        )
+        add(
+            "06",
+            "softmax_rows_kernel",
+            a06.softmax_rows_kernel,
+            {"x_ptr": "*fp32", "y_ptr": "*fp32"},
+            {"BLOCK": 64},
+            cap,
+        )
+        add(
+            "06",
+            "matmul_kernel",
+            a06.matmul_kernel,
             {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32"},
-            {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32}, cap)
-        add("06", "row_block_attention_kernel", a06.row_block_attention_kernel,
+            {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32},
+            cap,
+        )
+        add(
+            "06",
+            "row_block_attention_kernel",
+            a06.row_block_attention_kernel,
             {f"{x}_ptr": "*fp16" for x in "qkv"} | {"out_ptr": "*fp32", "qk_scale": "fp32"},
-            {"BLOCK_M": 32, "BLOCK_N": 16, "HEAD_DIM": 32}, cap)
+            {"BLOCK_M": 32, "BLOCK_N": 16, "HEAD_DIM": 32},
+            cap,
+        )
         dt = T.pick_dtype(cap)
         t = T._TORCH_TO_TRITON[dt]
         attn = {f"{x}_ptr": f"*{t}" for x in ("q", "k", "v", "out")}
@@ -158,44 +182,115 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
         for d in (64, 128):
             bm, bn = (64, 32)  # the solution launcher's GPU tiles
             for causal in (False, True):
-                add("06", f"attention_fwd_kernel d={d} causal={causal} {t}", a06.attention_fwd_kernel,
-                    attn, dict(HEAD_DIM=d, BLOCK_D=_bd(d), BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal), cap)
+                add(
+                    "06",
+                    f"attention_fwd_kernel d={d} causal={causal} {t}",
+                    a06.attention_fwd_kernel,
+                    attn,
+                    dict(HEAD_DIM=d, BLOCK_D=_bd(d), BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal),
+                    cap,
+                )
         # learner.py's skeleton with a right step and finalize
         s06 = m["sol06_skeleton"]
         for d in (64, 128):
             bm, bn, w, st = learner.default_blocks(d, dt, capability=cap)
-            add("06", f"learner_attention_kernel d={d} {t}", learner.learner_attention_kernel,
-                attn, dict(STEP=s06.online_softmax_step, FINALIZE=s06.finalize_rows, HEAD_DIM=d,
-                           BLOCK_D=_bd(d), BLOCK_M=bm, BLOCK_N=bn, CAUSAL=True), cap, w, st)
+            add(
+                "06",
+                f"learner_attention_kernel d={d} {t}",
+                learner.learner_attention_kernel,
+                attn,
+                dict(
+                    STEP=s06.online_softmax_step,
+                    FINALIZE=s06.finalize_rows,
+                    HEAD_DIM=d,
+                    BLOCK_D=_bd(d),
+                    BLOCK_M=bm,
+                    BLOCK_N=bn,
+                    CAUSAL=True,
+                ),
+                cap,
+                w,
+                st,
+            )
         # Notebook 08: the solution's three kernels, as learner_backward launches them.
         s08 = m["sol08"]
         grads = {f"{x}_ptr": f"*{t}" for x in ("q", "k", "v", "do", "dk", "dv", "dq", "out")}
         grads |= {"lse_ptr": "*fp32", "delta_ptr": "*fp32", "softmax_scale": "fp32"}
         for d in (64, 128):
-            add("08", f"bwd_preprocess_kernel d={d} {t}", s08.bwd_preprocess_kernel, grads,
-                dict(HEAD_DIM=d, BLOCK_D=_bd(d), BLOCK_M=learner_backward.PREPROCESS_BLOCK_M), cap)
+            add(
+                "08",
+                f"bwd_preprocess_kernel d={d} {t}",
+                s08.bwd_preprocess_kernel,
+                grads,
+                dict(HEAD_DIM=d, BLOCK_D=_bd(d), BLOCK_M=learner_backward.PREPROCESS_BLOCK_M),
+                cap,
+            )
             for kernel in (s08.bwd_dkdv_kernel, s08.bwd_dq_kernel):
                 bm, bn, w, st = learner_backward.default_blocks(
                     d, dt, capability=cap, pass_=kernel.__name__.split("_")[1]
                 )
-                add("08", f"{kernel.__name__} d={d} causal {t}", kernel, grads,
+                add(
+                    "08",
+                    f"{kernel.__name__} d={d} causal {t}",
+                    kernel,
+                    grads,
                     dict(HEAD_DIM=d, BLOCK_D=_bd(d), BLOCK_M=bm, BLOCK_N=bn, CAUSAL=True),
-                    cap, w, st)
+                    cap,
+                    w,
+                    st,
+                )
         # Notebook 09: the skeleton with the solution's attend_chunk; the course's two kernels.
         dec = {f"{x}_ptr": f"*{t}" for x in ("q", "k", "v", "out")}
-        dec |= {"table_ptr": "*i32", "seq_lens_ptr": "*i32", "out_part_ptr": "*fp32",
-                "lse_part_ptr": "*fp32", "lse_ptr": "*fp32", "qk_scale": "fp32"}
+        dec |= {
+            "table_ptr": "*i32",
+            "seq_lens_ptr": "*i32",
+            "out_part_ptr": "*fp32",
+            "lse_part_ptr": "*fp32",
+            "lse_ptr": "*fp32",
+            "qk_scale": "fp32",
+        }
         group, d, page = 4, 128, 16
-        add("09", f"learner_decode_partials_kernel {t}", decode_learner.learner_decode_partials_kernel, dec,
-            dict(ATTEND=m["sol09"].attend_chunk, GROUP=group, BLOCK_H=max(16, group),
-                 HEAD_DIM=d, BLOCK_D=d, PAGE_SIZE=page), cap)
+        add(
+            "09",
+            f"learner_decode_partials_kernel {t}",
+            decode_learner.learner_decode_partials_kernel,
+            dec,
+            dict(
+                ATTEND=m["sol09"].attend_chunk,
+                GROUP=group,
+                BLOCK_H=max(16, group),
+                HEAD_DIM=d,
+                BLOCK_D=d,
+                PAGE_SIZE=page,
+            ),
+            cap,
+        )
         tune = decode.DEFAULT_TUNING
-        add("09", f"_decode_partials_kernel {t}", decode._decode_partials_kernel, dec,
-            dict(GROUP=group, BLOCK_H=max(16, group), HEAD_DIM=d, BLOCK_D=d, PAGE_SIZE=page,
-                 BLOCK_N=page * max(1, tune["tile_tokens"] // page)),
-            cap, tune["num_warps"], tune["num_stages"])
-        add("09", f"_decode_merge_kernel {t}", decode._decode_merge_kernel, dec,
-            dict(HEAD_DIM=d, BLOCK_D=d, BLOCK_S=16), cap)
+        add(
+            "09",
+            f"_decode_partials_kernel {t}",
+            decode._decode_partials_kernel,
+            dec,
+            dict(
+                GROUP=group,
+                BLOCK_H=max(16, group),
+                HEAD_DIM=d,
+                BLOCK_D=d,
+                PAGE_SIZE=page,
+                BLOCK_N=page * max(1, tune["tile_tokens"] // page),
+            ),
+            cap,
+            tune["num_warps"],
+            tune["num_stages"],
+        )
+        add(
+            "09",
+            f"_decode_merge_kernel {t}",
+            decode._decode_merge_kernel,
+            dec,
+            dict(HEAD_DIM=d, BLOCK_D=d, BLOCK_S=16),
+            cap,
+        )
     return out  # fmt: skip
 
 
@@ -210,7 +305,10 @@ def compiled(modules):
         if isinstance(r, T.CompileError):
             print(f"{label:58s} {target}  DOES NOT COMPILE")
         else:
-            print(f"{label:58s} {target}  {r.shared_bytes:12,d}  {r.n_regs!s:>4}  {r.spill_bytes!s:>11}")
+            print(
+                f"{label:58s} {target}  {r.shared_bytes:12,d}  {r.n_regs!s:>4}  "
+                f"{r.spill_bytes!s:>11}"
+            )
     return table
 
 
@@ -255,4 +353,3 @@ def test_a_plain_global_fails_naming_the_kernel(modules):
         [T._job(fn, sig, {"BLOCK": 16}, T.SM90, 4, 3, None, None)], on_error="return"
     )
     assert isinstance(got[0], T.CompileError) and "sm_90" in str(got[0])
-
