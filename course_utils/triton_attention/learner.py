@@ -29,6 +29,7 @@ source of both functions first and raises a plain NotImplementedError before any
 
 from __future__ import annotations
 
+import dis
 import inspect
 import math
 import re
@@ -165,7 +166,10 @@ def plain_globals(python_fn) -> list[tuple[str, object]]:
     names, stack = [], [python_fn.__code__]
     while stack:
         code = stack.pop()
-        names += code.co_names
+        # only names read as globals: co_names also holds attributes (tl.where is "where")
+        names += [
+            i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")
+        ]
         stack += [c for c in code.co_consts if inspect.iscode(c)]
     found, scope = [], getattr(python_fn, "__globals__", {})
     for n in dict.fromkeys(names):
