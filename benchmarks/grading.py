@@ -3,6 +3,7 @@
     python -m benchmarks.grading [--students 50] [--jobs N] [--out DIR] [--unsafe-no-sandbox]
     python -m benchmarks.grading --compare 5    # one student, sandbox and not, alternating
     python -m benchmarks.grading --students 50 --compare-class 10   # the class, both ways
+    python -m benchmarks.grading --compare 3 --against ../old        # this grader against another
 
 Builds a synthetic class from the bank of graders/bank.py (each student gets, for every notebook,
 one of: full solution, untouched release, partial answer, or a named mistake, in turn; every file
@@ -19,6 +20,8 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -102,6 +105,57 @@ def compare_class(students: int, blocks: int, jobs: int, out: str | None) -> int
     return 0
 
 
+GRADE_ONCE = """
+import sys, time
+from graders.grade import grade
+if __name__ == "__main__":
+    t0 = time.perf_counter()
+    grade(sys.argv[1], sys.argv[2], jobs=int(sys.argv[3]), progress=False)
+    print(f"{time.perf_counter() - t0:.2f}")
+"""
+
+
+def compare_with(other: Path, pairs: int, jobs: int, out: str | None) -> int:
+    """One student's notebooks graded by this checkout and by `other` (another checkout of the
+    course with its own .venv, e.g. an older commit), in alternating order: what a change to the
+    grader costs. Only the notebooks whose release is the same file in both are graded."""
+    other = Path(other).resolve()
+    python = other / ".venv" / "bin" / "python"
+    if not python.is_file():
+        raise SystemExit(f"--against: {python} not found (run `python3 course.py test --co` there)")
+    same = [
+        a
+        for a in pipeline.assignments()
+        if (other / "notebooks" / a / f"{a}.ipynb").is_file()
+        and (other / "notebooks" / a / f"{a}.ipynb").read_bytes()
+        == (pipeline.REPO / "notebooks" / a / f"{a}.ipynb").read_bytes()
+    ]
+    work = Path(out or tempfile.mkdtemp(prefix="grading-against-"))
+    for assignment in same:
+        entry = bank.core(assignment)[0]
+        bank.write([bank.Entry("student000", entry.notebook, entry.failing)], work, assignment)
+    times: dict[str, list[float]] = {"this": [], "other": []}
+    for k in range(pairs):
+        for which in ("this", "other") if k % 2 == 0 else ("other", "this"):
+            repo = pipeline.REPO if which == "this" else other
+            py = sys.executable if which == "this" else str(python)
+            dest = work / f"graded-{k}-{which}"
+            got = subprocess.run(
+                [py, "-c", GRADE_ONCE, str(work / "submitted"), str(dest), str(jobs)],
+                cwd=repo, capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            times[which].append(float(got.stdout.strip().splitlines()[-1]))
+            print(f"pair {k + 1}: {which:5s} {times[which][-1]:.1f} s", flush=True)
+    this, theirs = statistics.median(times["this"]), statistics.median(times["other"])
+    print(
+        f"\n{platform.node()} · {os.cpu_count()} cores · {jobs} jobs · one student, "
+        f"{len(same)} notebooks ({', '.join(same)}), {pairs} pairs\n"
+        f"median: this checkout {this:.1f} s, {other.name} {theirs:.1f} s: "
+        f"{100 * (this / theirs - 1):+.1f} %"
+    )
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--students", type=int, default=50)
@@ -118,7 +172,14 @@ def main(argv=None) -> int:
         metavar="B",
         help="the class of --students graded with and without the sandbox, in B alternating blocks",
     )
+    ap.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="with --compare K: grade with this checkout and CHECKOUT (its own .venv) in turn",
+    )
     args = ap.parse_args(argv)
+    if args.against:
+        return compare_with(Path(args.against), args.compare or 3, args.jobs, args.out)
     if args.compare_class:
         return compare_class(args.students, args.compare_class, args.jobs, args.out)
     if args.compare:

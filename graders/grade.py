@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,9 @@ class Outcome:
     results: list[dict]
     problems: list[str] = field(default_factory=list)
     out: Path | None = None
+    # wall seconds of each phase: "template" (the release and gradebook), "grading" (the tasks,
+    # with the client writing each result as it arrives), "report" (CSVs, similarity, report)
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def build_template(
@@ -141,6 +145,7 @@ def grade(
     if not subs:
         raise ValueError(f"no submissions found under {path} (see `python -m graders grade -h`)")
     wanted = sorted({s.assignment for s in subs}, key=known.index)
+    t0 = time.perf_counter()
     release = cluster.release_hash()
     template, max_score, code_cells = build_template(out / ".work", wanted, release)
     results: list[dict] = []
@@ -173,6 +178,7 @@ def grade(
         for sub in todo
     ]
     workers = jobs or os.cpu_count() or 1
+    t1 = time.perf_counter()
     for res, page in cluster.run(tasks, scheduler=scheduler, workers=workers, progress=progress):
         res.pop("feedback", None)
         if page is not None:
@@ -189,8 +195,10 @@ def grade(
     attach_submission_info(results, subs)  # names as found, older uploads not graded
     from .report import write_outputs
 
+    t2 = time.perf_counter()
     write_outputs(results, problems, out, wanted, max_score)
-    return Outcome(results, problems, out)
+    seconds = {"template": t1 - t0, "grading": t2 - t1, "report": time.perf_counter() - t2}
+    return Outcome(results, problems, out, seconds)
 
 
 def write_csvs(results: list[dict], out: Path, assignments: list[str]) -> None:
