@@ -454,8 +454,10 @@ def test_near_copies_and_copies_of_the_course_code_are_found(tmp_path):
 )
 def test_every_bank_mistake_is_plain_code_its_check_names(assignment, name, ex, code):
     """The answer the bank submits for a named mistake, run here as a learner's cell."""
+    import ast
     import contextlib
     import io
+    import linecache
 
     from course_utils.checks import CheckFailure
     from course_utils.checks._core import misconception_slug
@@ -464,7 +466,33 @@ def test_every_bank_mistake_is_plain_code_its_check_names(assignment, name, ex, 
     solved = pipeline.solved_notebook(assignment)
     test = next(c for c in solved.cells if _gid(c) == ex.tests[0]).source
     namespace = {"__name__": "__main__"}
-    exec("import numpy as np\n" + code, namespace)
+    # the imports the notebook's cells make (triton_attention first: the interpreter before
+    # triton), and the cell registered in linecache as Jupyter does, so @triton.jit can read it
+    imports = ["import math", "import numpy as np"]
+    for cell in solved.cells:
+        if cell.cell_type != "code" or _gid(cell) == ex.tests[0]:
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:  # IPython magics
+            continue
+        imports += [
+            ast.unparse(node)
+            for node in tree.body
+            if isinstance(node, ast.Import | ast.ImportFrom) and "checks" not in ast.unparse(node)
+        ]
+    if any("triton" in line for line in imports):
+        imports.insert(0, "import course_utils.triton_attention")
+    # the notebook's other answers (an exercise may call an earlier one), then this one
+    answers = [
+        c.source
+        for c in solved.cells
+        if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")
+    ]
+    source = "\n".join([*dict.fromkeys(imports), *answers, code]) + "\n"
+    filename = f"<answer {assignment} {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
     with pytest.raises(CheckFailure) as info, contextlib.redirect_stdout(io.StringIO()):
         exec(test.split("### BEGIN HIDDEN TESTS")[0], namespace)
     assert misconception_slug(str(info.value)) == name.split(":")[1], str(info.value)
