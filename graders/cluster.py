@@ -10,8 +10,9 @@ writes grades, feedback, the report and the cache (graders/grade.py), so a worke
 it, and a student's code, run on the worker inside the sandbox, cannot reach it either.
 
 Where the work runs:
-    scheduler=None       an in-process LocalCluster of `workers` worker processes, one thread each
-                         (the `--jobs` of the command), started and closed by `run`
+    scheduler=None       an in-process LocalCluster of `workers` workers, one thread each (the
+                         `--jobs` of the command), started and closed by `run`; each task's
+                         grading runs in a process of its own anyway
     scheduler="tcp://.." an existing cluster (`dask scheduler` + `dask worker`, dask-jobqueue on
                          SLURM, dask-kubernetes): every worker must have the course's environment
                          and the same release (solutions/ and notebooks/) as the client; a worker
@@ -123,10 +124,13 @@ def _local_cluster(workers: int):
     from distributed import LocalCluster
 
     dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES})
+    # workers as threads of this process: each task already runs in a grading process of its
+    # own (graders/worker.py), so worker processes would only add their start (measured on 2
+    # cores: 15 to 35 s more for one student's notebooks); a real cluster's workers are processes
     return LocalCluster(
         n_workers=workers,
         threads_per_worker=1,
-        processes=True,
+        processes=False,
         memory_limit=0,  # each notebook's grader caps its own memory (graders/worker.py)
         dashboard_address="127.0.0.1:0",
         silence_logs=logging.ERROR,
@@ -178,7 +182,7 @@ def run(
     if scheduler is None:
         cluster = _local_cluster(workers)
         client = Client(cluster)
-        where = f"a local cluster of {workers} worker process{'es' if workers > 1 else ''}"
+        where = f"a local cluster of {workers} worker{'s' if workers > 1 else ''}"
     else:
         client = Client(scheduler, timeout="30s")
         n = len(client.scheduler_info().get("workers", {}))
