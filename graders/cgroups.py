@@ -217,15 +217,6 @@ class KernelGroup:
                 pass
         return found
 
-    def peak_pids(self) -> int | None:
-        """The most processes the group held at once (pids.peak, where the kernel keeps it)."""
-        for folder in self.folders:
-            try:
-                return int((folder / "pids.peak").read_text())
-            except (OSError, ValueError):
-                continue
-        return None
-
     def remove(self, wait: float = 15.0) -> None:
         """Kill every process still in the group, then remove its folders."""
         for folder in self.folders:

@@ -140,7 +140,6 @@ def test_a_killed_worker_costs_nothing(tmp_path):
         for p in reversed(procs):
             _kill(p)
 
-    assert "dashboard" not in said or "http" in said
     files = sorted(results.rglob("*.json"))
     assert len(files) == STUDENTS, files  # each submission once, none lost
     graded = [json.loads(f.read_text()) for f in files]
