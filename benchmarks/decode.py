@@ -18,6 +18,7 @@ targets are printed beside the table: at least 0.9 of the copy at 64k, at least 
     python -m benchmarks.decode                   the grid, the table last
     python -m benchmarks.decode --record          ... and a section appended to RESULTS.md
     python -m benchmarks.decode --sweep           tile, warps, stages, splits at a few points
+    python -m benchmarks.decode --graphs          every kernel timed as a CUDA graph replay
 """
 
 from __future__ import annotations
@@ -45,6 +46,22 @@ def time_ms(fn) -> float:
     import triton.testing
 
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def graphed(fn):
+    """fn captured in a CUDA graph; the returned replay launches the same kernels with no Python,
+    no argument handling and no per-launch host work (what an inference engine does for its
+    decode step). Warmed up on a side stream first, as torch.cuda.graph requires."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
 
 
 def copy_bandwidth() -> float:
@@ -117,7 +134,7 @@ def rel_err(x, ref) -> float:
     return float((x.float() - ref.float()).norm() / ref.float().norm())
 
 
-def bench_point(batch, kv_heads, n, page_size, copy_gbs, tuning, gen) -> dict:
+def bench_point(batch, kv_heads, n, page_size, copy_gbs, tuning, gen, graphs=False) -> dict:
     from course_utils.triton_attention import flash_decode
 
     q, k_cache, v_cache, table, lens, k, v = paged_inputs(batch, kv_heads, n, page_size, gen)
@@ -151,7 +168,7 @@ def bench_point(batch, kv_heads, n, page_size, copy_gbs, tuning, gen) -> dict:
                 continue
         if not err < 2e-2:
             raise SystemExit(f"{name} is wrong at batch {batch}, kv_heads {kv_heads}, N {n}: {err}")
-        ms = time_ms(fn)
+        ms = time_ms(graphed(fn) if graphs else fn)
         row[name] = kv_bytes / ms / 1e6  # GB/s
         if note:
             row["notes"].append(f"{name}: {note}")
@@ -191,10 +208,14 @@ def table(rows, copy_gbs) -> str:
     return "\n".join(lines)
 
 
-def sweep(page_sizes, copy_gbs, gen) -> str:
-    """Time each (page_size, pages_per_tile, num_warps, num_stages, num_splits) at four points."""
+SWEEP_POINTS = [(1, 8, 8192), (1, 8, 65536), (8, 8, 8192), (8, 32, 65536)]
+
+
+def sweep(page_sizes, copy_gbs, gen, graphs=False, points=None, stages_options=(2, 3)) -> str:
+    """Time each (page_size, pages_per_tile, num_warps, num_stages, num_splits) at the points
+    (batch, kv_heads, N), default SWEEP_POINTS; splits: the chosen number, half, twice, 4x."""
     lines = ["page  tile_pages  warps  stages  splits  batch kv_heads      N   GB/s  frac_copy"]
-    points = [(1, 8, 8192), (1, 8, 65536), (8, 8, 8192), (8, 32, 65536)]
+    points = points or SWEEP_POINTS
     best = {}
     for batch, kv_heads, n in points:
         for page in page_sizes:
@@ -203,19 +224,21 @@ def sweep(page_sizes, copy_gbs, gen) -> str:
             from course_utils.triton_attention.decode import choose_num_splits
 
             auto = choose_num_splits(batch, kv_heads, n, page)
-            split_options = sorted({auto, min(256, auto * 2)})
+            split_options = sorted(
+                {max(1, auto // 2), auto, min(256, auto * 2), min(256, auto * 4)}
+            )
             tiles = [p for p in (1, 2, 4, 8) if 32 <= p * page <= 128]
             for ppt, warps, stages, splits in itertools.product(
-                tiles, (4, 8), (2, 3), split_options
+                tiles, (4, 8), stages_options, split_options
             ):
                 kw = dict(pages_per_tile=ppt, num_warps=warps, num_stages=stages)
                 try:
                     flash_decode(q, kc, vc, tbl, lens, num_splits=splits, **kw)
-                    ms = time_ms(
-                        lambda args=(q, kc, vc, tbl, lens), kw=kw, splits=splits: flash_decode(
-                            *args, num_splits=splits, check_values=False, **kw
-                        )
-                    )
+
+                    def step(args=(q, kc, vc, tbl, lens), kw=kw, splits=splits):
+                        return flash_decode(*args, num_splits=splits, check_values=False, **kw)
+
+                    ms = time_ms(graphed(step) if graphs else step)
                 except Exception as exc:  # a config that does not compile (shared memory)
                     lines.append(f"{page:4d} {ppt:11d} {warps:6d} {stages:7d} {splits:7d}  "
                                  f"failed: {type(exc).__name__}")  # fmt: skip
@@ -259,7 +282,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-splits", type=int, help="default: choose_num_splits")
     parser.add_argument("--sweep", action="store_true", help="time the tunables, then stop")
     parser.add_argument("--sweep-pages", type=int, nargs="+", default=[16])
+    parser.add_argument(
+        "--sweep-points",
+        nargs="+",
+        metavar="B,KVH,N",
+        help="sweep at these (batch, kv_heads, N) points (default: four of the grid)",
+    )
+    parser.add_argument("--sweep-stages", type=int, nargs="+", default=[2, 3])
     parser.add_argument("--record", action="store_true", help="append a section to RESULTS.md")
+    parser.add_argument(
+        "--graphs",
+        action="store_true",
+        help="time every kernel (the course's and SDPA's) as a CUDA graph replay: no host cost",
+    )
     parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -269,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbs = copy_bandwidth()
     print(versions())
     if args.sweep:
-        print(sweep(args.sweep_pages, copy_gbs, gen))
+        points = [tuple(int(x) for x in p.split(",")) for p in args.sweep_points or []]
+        print(sweep(args.sweep_pages, copy_gbs, gen, args.graphs, points, args.sweep_stages))
         return 0
     tuning = {
         k: v
@@ -287,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         if need > 0.8 * torch.cuda.mem_get_info()[0]:  # the float32 reference copies too
             print(f"skipped batch {batch}, kv_heads {kv_heads}, N {n}: {need / 2**30:.0f} GiB")
             continue
-        row = bench_point(batch, kv_heads, n, args.page_size, copy_gbs, tuning, gen)
+        row = bench_point(batch, kv_heads, n, args.page_size, copy_gbs, tuning, gen, args.graphs)
         rows.append(row)
         torch.cuda.empty_cache()
         print(
@@ -299,7 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         cmd = "python -m benchmarks.decode " + " ".join(argv if argv is not None else sys.argv[1:])
         section = (
             f"\n## Decode (flash_decode vs SDPA), {today}\n\n{versions()}; `{cmd.strip()}`; "
-            f"page_size {args.page_size}, tuning {tuning or 'default'}; GQA in SDPA: "
+            f"page_size {args.page_size}, tuning {tuning or 'default'}; "
+            f"{'CUDA graph replays (no host cost) for every kernel' if args.graphs else 'eager'}"
+            "; GQA in SDPA: "
             f"{'enable_gqa=True' if has_enable_gqa() else 'K/V expanded'}.\n\n```\n{text}\n```\n"
         )
         with args.results.open("a") as f:

@@ -16,6 +16,7 @@ each time, the medians and the sandbox's cost.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -76,6 +77,7 @@ def compare_class(students: int, blocks: int, jobs: int, out: str | None) -> int
     names = sorted(p.name for p in submitted.iterdir())
     size = -(-len(names) // blocks)
     totals = {True: 0.0, False: 0.0}
+    runs: dict[bool, list] = {True: [], False: []}
     for b in range(blocks):
         group = names[b * size : (b + 1) * size]
         if not group:
@@ -86,9 +88,10 @@ def compare_class(students: int, blocks: int, jobs: int, out: str | None) -> int
         for sandbox in (True, False) if b % 2 == 0 else (False, True):
             t0 = time.perf_counter()
             dest = work / f"block-{b}" / ("graded-sandbox" if sandbox else "graded-plain")
-            grade(part, dest, jobs=jobs, progress=False, sandbox=sandbox)
+            outcome = grade(part, dest, jobs=jobs, progress=False, sandbox=sandbox)
             took = time.perf_counter() - t0
             totals[sandbox] += took
+            runs[sandbox].append((dest, took, outcome.client_cpu))
             print(
                 f"block {b + 1}/{blocks} ({len(group)} students): "
                 f"{'sandbox   ' if sandbox else 'no sandbox'} {took:.1f} s",
@@ -102,17 +105,61 @@ def compare_class(students: int, blocks: int, jobs: int, out: str | None) -> int
         f"without {without:.0f} s ({without / len(names):.1f} s per student): "
         f"the sandbox costs {100 * (with_sb / without - 1):+.1f} %"
     )
+    print("\n".join(model_lines(runs[True], jobs)))
     return 0
 
 
 GRADE_ONCE = """
-import sys, time
+import json, sys, time
 from graders.grade import grade
 if __name__ == "__main__":
     t0 = time.perf_counter()
-    grade(sys.argv[1], sys.argv[2], jobs=int(sys.argv[3]), progress=False)
-    print(f"{time.perf_counter() - t0:.2f}")
+    got = grade(sys.argv[1], sys.argv[2], jobs=int(sys.argv[3]), progress=False)
+    wall = time.perf_counter() - t0
+    print(json.dumps({"wall": wall, "client_cpu": getattr(got, "client_cpu", None),
+                      "seconds": getattr(got, "seconds", None)}))
 """
+
+
+def task_seconds(graded: Path) -> list[float]:
+    """Each graded notebook's seconds in its grading process (results/*/*.json, "seconds")."""
+    import json
+
+    return [
+        float(json.loads(p.read_text()).get("seconds") or 0.0)
+        for p in sorted(Path(graded).glob("results/*/*.json"))
+    ]
+
+
+def model_lines(runs: list[tuple[Path, float, float | None]], jobs: int) -> list[str]:
+    """The scaling model from graded runs [(graded folder, wall s, client CPU s or None)].
+
+    Per notebook: s = seconds in its grading process on a worker (nbgrader, the kernel, the
+    checks); the W = jobs slots were busy sum(s) / (wall * W) of the time; the client's own CPU
+    (scheduler, client, bookkeeping) per notebook. A cluster of W worker slots then grades N
+    notebooks in about N * mean(s) / (W * busy) + the report, as long as the client keeps up:
+    it can feed about 1 / (client CPU per notebook) notebooks a second."""
+    secs = [s for graded, _, _ in runs for s in task_seconds(graded)]
+    wall = sum(w for _, w, _ in runs)
+    cpu = [c for _, _, c in runs if c is not None]
+    if not secs or not wall:
+        return ["model: no graded notebook found"]
+    mean = statistics.mean(secs)
+    busy = sum(secs) / (wall * jobs)
+    lines = [
+        f"model: {len(secs)} notebooks, {mean:.2f} s each in its grading process (median "
+        f"{statistics.median(secs):.2f}, max {max(secs):.1f}): {1 / mean:.3f} notebooks per "
+        f"worker-second",
+        f"model: the {jobs} slots were busy {100 * busy:.0f} % of the {wall:.0f} s wall "
+        f"(the rest: each run's template, report, and the tail where one slot waits)",
+    ]
+    if cpu:
+        per = sum(cpu) / len(secs)
+        lines.append(
+            f"model: the client's own CPU {per:.3f} s per notebook: it keeps up with about "
+            f"{1 / per:.0f} notebooks a second, {mean / per:.0f} busy worker slots"
+        )
+    return lines
 
 
 def compare_with(other: Path, pairs: int, jobs: int, out: str | None) -> int:
@@ -135,6 +182,7 @@ def compare_with(other: Path, pairs: int, jobs: int, out: str | None) -> int:
         entry = bank.core(assignment)[0]
         bank.write([bank.Entry("student000", entry.notebook, entry.failing)], work, assignment)
     times: dict[str, list[float]] = {"this": [], "other": []}
+    runs: dict[str, list] = {"this": [], "other": []}
     for k in range(pairs):
         for which in ("this", "other") if k % 2 == 0 else ("other", "this"):
             repo = pipeline.REPO if which == "this" else other
@@ -144,15 +192,20 @@ def compare_with(other: Path, pairs: int, jobs: int, out: str | None) -> int:
                 [py, "-c", GRADE_ONCE, str(work / "submitted"), str(dest), str(jobs)],
                 cwd=repo, capture_output=True, text=True, check=True,
             )  # fmt: skip
-            times[which].append(float(got.stdout.strip().splitlines()[-1]))
+            said = json.loads(got.stdout.strip().splitlines()[-1])
+            times[which].append(said["wall"])
+            runs[which].append((dest, said["wall"], said["client_cpu"]))
             print(f"pair {k + 1}: {which:5s} {times[which][-1]:.1f} s", flush=True)
     this, theirs = statistics.median(times["this"]), statistics.median(times["other"])
     print(
         f"\n{platform.node()} · {os.cpu_count()} cores · {jobs} jobs · one student, "
         f"{len(same)} notebooks ({', '.join(same)}), {pairs} pairs\n"
         f"median: this checkout {this:.1f} s, {other.name} {theirs:.1f} s: "
-        f"{100 * (this / theirs - 1):+.1f} %"
+        f"{100 * (this / theirs - 1):+.1f} %; sums {sum(times['this']):.1f} s and "
+        f"{sum(times['other']):.1f} s: {100 * (sum(times['this']) / sum(times['other']) - 1):+.1f}"
+        " %"
     )
+    print("\n".join(model_lines(runs["this"], jobs)))
     return 0
 
 

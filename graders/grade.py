@@ -47,6 +47,10 @@ class Outcome:
     # wall seconds of each phase: "template" (the release and gradebook), "grading" (the tasks,
     # with the client writing each result as it arrives), "report" (CSVs, similarity, report)
     seconds: dict[str, float] = field(default_factory=dict)
+    # CPU seconds of this process over the whole call (the client, the scheduler and, on a
+    # local cluster, its worker threads, which wait on each notebook's grading process): the
+    # client's own cost; the grading processes' CPU is not in it
+    client_cpu: float = 0.0
 
 
 def build_template(
@@ -135,6 +139,7 @@ def grade(
     else:
         _sandbox.warn_unsafe()
 
+    cpu0 = _own_cpu()
     known = pipeline.assignments()
     if assignment is not None and assignment not in known:
         raise ValueError(f"--assignment must be one of {', '.join(known)}, got {assignment!r}")
@@ -198,7 +203,15 @@ def grade(
     t2 = time.perf_counter()
     write_outputs(results, problems, out, wanted, max_score)
     seconds = {"template": t1 - t0, "grading": t2 - t1, "report": time.perf_counter() - t2}
-    return Outcome(results, problems, out, seconds)
+    return Outcome(results, problems, out, seconds, _own_cpu() - cpu0)
+
+
+def _own_cpu() -> float:
+    """User + system CPU seconds of this process (all its threads), children excluded."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def write_csvs(results: list[dict], out: Path, assignments: list[str]) -> None:

@@ -151,11 +151,6 @@ def test_right_attend_chunk_styles_pass(tmp_path, style):
     assert out.startswith("✓ attend_chunk")
 
 
-@pytest.mark.skipif(
-    not ta.INTERPRETER,
-    reason="attend_chunk's mistake names are certified in the interpreter (float32); on the H200 "
-    "in float16 (2026-12-02) no-max-shift was named base2-lse: a known gap",
-)
 @pytest.mark.parametrize("slug", sorted(CHUNK_BUGS))
 def test_each_chunk_mistake_is_named(tmp_path, slug):
     right, wrong = CHUNK_BUGS[slug]

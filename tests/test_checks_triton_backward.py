@@ -148,13 +148,22 @@ PREPROCESS = [
 ]
 
 
+def _counted_here(slug):
+    """Causal tile skipping is counted by the interpreter; a compiled kernel's tl.dot cannot be
+    counted, and the check says so in its verdict (see test_right_answers_pass)."""
+    if slug == "no-causal-skip" and torch.cuda.is_available():
+        pytest.skip("causal tile skipping is counted in the interpreter only")
+
+
 @pytest.mark.parametrize("slug, edit", DKDV, ids=[s for s, _ in DKDV])
 def test_dkdv_mistakes_are_named(tmp_path, slug, edit):
+    _counted_here(slug)
     assert slug_for(C.check_dkdv_kernel, variant(tmp_path, edit).bwd_dkdv_kernel) == slug
 
 
 @pytest.mark.parametrize("slug, edit", DQ, ids=[s for s, _ in DQ])
 def test_dq_mistakes_are_named(tmp_path, slug, edit):
+    _counted_here(slug)
     assert slug_for(C.check_dq_kernel, variant(tmp_path, edit).bwd_dq_kernel) == slug
 
 
@@ -211,7 +220,7 @@ def test_not_a_triton_kernel_is_refused():
 def test_bad_launcher_input_is_named(solution):
     from course_utils.triton_attention.learner_backward import learner_backward
 
-    q = torch.zeros(1, 1, 8, 16)
+    q = torch.zeros(1, 1, 8, 16, device="cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(ValueError, match="lse must have shape"):
         learner_backward(
             solution.bwd_preprocess_kernel, solution.bwd_dkdv_kernel, solution.bwd_dq_kernel,

@@ -450,6 +450,7 @@ def test_kernel_styles_pass(good_step, good_finalize):
     assert "✓" in run_quietly(T.check_attention_kernel, good_step, good_finalize)
 
 
+@pytest.mark.skipif(not ta.INTERPRETER, reason="the interpreter's cost: a GPU compiles instead")
 def test_kernel_check_is_fast_enough():
     """Under 5 s in the interpreter (measured: about 0.8 s warm, 1.8 s in a fresh process)."""
     run_quietly(T.check_attention_kernel, step, finalize)
@@ -524,7 +525,15 @@ def test_each_kernel_mistake_is_named(bad_step, bad_finalize, slug):
 )
 def test_no_catch_all_diagnosis(bad_step, bad_finalize, note):
     """A close result or a NaN that no replay reproduces is named nothing: the message says so
-    and points at what the failing launch exercises."""
+    and points at what the failing launch exercises.
+
+    On a GPU the cases are float16 and bfloat16 with their tolerance (1e-2): float16 state is
+    within it, and the sqrt bug's rows all have a running max above 3 (no NaN), so only the
+    naming is asserted there."""
+    if not ta.INTERPRETER:
+        if bad_step is step_float16_state:
+            pytest.skip("float16 running state is within the GPU's half-precision tolerance")
+        note = ""
     with pytest.raises(CheckFailure) as info:
         T.check_attention_kernel(bad_step, bad_finalize)
     message = str(info.value)

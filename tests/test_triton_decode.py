@@ -187,10 +187,13 @@ def test_bad_page_size_and_splits():
 
 
 def test_choose_num_splits_follows_the_sm_fill_model():
-    # batch 1, 8 KV heads, 64k tokens: two programs per SM -> ceil(2 * 132 / 8) = 33 splits
-    assert choose_num_splits(1, 8, 65536, 16, sms=132) == 33
+    # batch 1, 8 KV heads, 64k tokens: 8 caches cannot fill 132 SMs, so FEW_SEQUENCES_TUNING's
+    # four programs per SM -> ceil(4 * 132 / 8) = 66 splits
+    assert choose_num_splits(1, 8, 65536, 16, sms=132) == 66
     # the same with the model's other settings given
-    assert choose_num_splits(1, 8, 65536, 16, sms=132, programs_per_sm=4) == 66
+    assert choose_num_splits(1, 8, 65536, 16, sms=132, programs_per_sm=2) == 33
+    # 8 * 32 = 256 caches fill the SMs: DEFAULT_TUNING's two per SM -> ceil(264 / 256) = 2
+    assert choose_num_splits(8, 32, 65536, 16, sms=132) == 2
     # a full grid without splitting: one split
     assert choose_num_splits(128, 8, 65536, 16, sms=132) == 1
     # short caches: chunks of at least 256 tokens

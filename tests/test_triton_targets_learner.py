@@ -265,24 +265,27 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
             ),
             cap,
         )
-        tune = decode.DEFAULT_TUNING
-        add(
-            "09",
-            f"_decode_partials_kernel {t}",
-            decode._decode_partials_kernel,
-            dec,
-            dict(
-                GROUP=group,
-                BLOCK_H=max(16, group),
-                HEAD_DIM=d,
-                BLOCK_D=d,
-                PAGE_SIZE=page,
-                BLOCK_N=page * max(1, tune["tile_tokens"] // page),
-            ),
-            cap,
-            tune["num_warps"],
-            tune["num_stages"],
-        )
+        for regime, tune in (
+            ("", decode.DEFAULT_TUNING),
+            (" few-sequences", decode.FEW_SEQUENCES_TUNING),
+        ):
+            add(
+                "09",
+                f"_decode_partials_kernel{regime} {t}",
+                decode._decode_partials_kernel,
+                dec,
+                dict(
+                    GROUP=group,
+                    BLOCK_H=max(16, group),
+                    HEAD_DIM=d,
+                    BLOCK_D=d,
+                    PAGE_SIZE=page,
+                    BLOCK_N=page * max(1, tune["tile_tokens"] // page),
+                ),
+                cap,
+                tune["num_warps"],
+                tune["num_stages"],
+            )
         add(
             "09",
             f"_decode_merge_kernel {t}",

@@ -1429,6 +1429,54 @@ def _matches(yours, theirs) -> bool:
     return bool(near.all())
 
 
+def matches_in_norm(yours: np.ndarray, theirs: np.ndarray, tol: float) -> bool:
+    """yours matches a mistake's output (a kernel check's emulation or replay): NaN, +inf and
+    -inf in the same places, and the finite rest within tol in norm, relative to ||theirs||."""
+    if yours.shape != theirs.shape:
+        return False
+    special_y, special_t = ~np.isfinite(yours), ~np.isfinite(theirs)
+    if (special_y != special_t).any():
+        return False
+    if not np.array_equal(yours[special_y], theirs[special_t], equal_nan=True):
+        return False
+    y, t = yours[~special_y], theirs[~special_t]
+    if y.size == 0:
+        return True
+    return float(np.linalg.norm(y - t)) <= tol * max(float(np.linalg.norm(t)), 1e-30)
+
+
+def closest_mistake(yours: tuple, replays, tol: float) -> Mistake | None:
+    """Of the mistakes whose replay matches yours (every output, matches_in_norm within tol), the
+    nearest one; None when none matches.
+
+    yours: the learner's outputs, a tuple of arrays. replays: (mistake, their outputs) pairs in
+    the order the check prefers them; the caller leaves out a mistake that is right on this case
+    (it cannot be what went wrong). Taking the nearest, not the first, keeps a loose tolerance
+    (half precision on a GPU) from naming a neighbouring mistake that shrinks the output by a
+    similar factor; replays within twice the nearest distance (two mistakes that compute the
+    same thing, such as tl.exp on log2 scores and log2(e) folded twice) count as a tie, which
+    goes to the first in order.
+    """
+    matched = []
+    for mistake, theirs in replays:
+        pairs = list(zip(yours, theirs, strict=True))
+        if all(matches_in_norm(y, t, tol) for y, t in pairs):
+            matched.append((mistake, max(_norm_distance(y, t) for y, t in pairs)))
+    if not matched:
+        return None
+    nearest = min(distance for _, distance in matched)
+    return next(m for m, distance in matched if distance <= 2 * nearest + 1e-9)
+
+
+def _norm_distance(yours: np.ndarray, theirs: np.ndarray) -> float:
+    """||y - t|| / ||t|| over the finite entries (matches_in_norm has checked the rest)."""
+    finite = np.isfinite(theirs)
+    y, t = yours[finite], theirs[finite]
+    if y.size == 0:
+        return 0.0
+    return float(np.linalg.norm(y - t)) / max(float(np.linalg.norm(t)), 1e-30)
+
+
 def _relative_error(yours, expected) -> float:
     """max |y - e| / max(1, max |e|) over finite entries; inf on NaN or mismatched infinities."""
     y = np.asarray(yours, dtype=np.float64)

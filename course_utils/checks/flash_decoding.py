@@ -38,7 +38,14 @@ import numpy as np
 
 from ..attention import attention_reference
 from ..softmax import merge_partials
-from ._core import CheckFailure, Mistake, _LearnerRaised, call_learner, describe
+from ._core import (
+    CheckFailure,
+    Mistake,
+    _LearnerRaised,
+    call_learner,
+    closest_mistake,
+    describe,
+)
 from ._core import hinted_answer as _hinted
 from .triton_kernel import _nothing_on_stderr, _raised_failure
 
@@ -146,6 +153,10 @@ def decode_inputs(case: DecodeCase):
     v = rng.standard_normal(shape)
     k[pool:] *= 3.0  # garbage far from the real keys: a wrong page changes the answer
     order = rng.permutation(pool)
+    # physical page 0 goes to a garbage slot: a sequence starting there would make "block table
+    # ignored" (page j) and "pages assumed contiguous" (block_table[b, 0] + j) read the same pages
+    zero = int(np.flatnonzero(order == 0)[0])
+    order[zero], order[-1] = order[-1], order[zero]
     table = rng.integers(0, num_pages, size=(case.batch, case.max_pages))
     taken = 0
     for b, n_pages in enumerate(pages_of):
@@ -324,23 +335,6 @@ def _error(yours: np.ndarray, expected: np.ndarray) -> float:
     return float(np.linalg.norm(y - e) / max(np.linalg.norm(e), 1e-30))
 
 
-def _same(yours: np.ndarray, theirs: np.ndarray, tol: float) -> bool:
-    """yours matches a replay: NaN and infinities in the same places, the rest within tol."""
-    if yours.shape != theirs.shape:
-        return False
-    bad_y, bad_t = ~np.isfinite(yours), ~np.isfinite(theirs)
-    if (bad_y != bad_t).any():
-        return False
-    if not np.array_equal(
-        np.nan_to_num(yours[bad_y], nan=7.0), np.nan_to_num(theirs[bad_t], nan=7.0)
-    ):
-        return False
-    y, t = yours[~bad_y], theirs[~bad_t]
-    if y.size == 0:
-        return True
-    return float(np.linalg.norm(y - t)) <= tol * max(float(np.linalg.norm(t)), 1e-30)
-
-
 def _worst(yours: np.ndarray, expected: np.ndarray) -> tuple[int, ...]:
     with np.errstate(all="ignore"):
         diff = np.abs(yours - expected)
@@ -380,13 +374,13 @@ def _failure(name, label, inputs, what, yours, expected, err, tol, mistake, focu
 
 
 def _diagnose(which, yours, args, expected, mistakes, tol, match_tol):
-    for mistake in mistakes:
-        theirs = mistake.fn(*args)[which]
-        if _error(theirs, expected) < tol:  # harmless here: cannot be what went wrong
-            continue
-        if _same(yours, theirs, match_tol):
-            return mistake
-    return None
+    replays = (
+        (mistake, (theirs,))
+        for mistake in mistakes
+        for theirs in [mistake.fn(*args)[which]]
+        if _error(theirs, expected) >= tol  # right on this case: not what went wrong
+    )
+    return closest_mistake((yours,), replays, match_tol)
 
 
 # ---- exercise 1: attend_chunk --------------------------------------------------------------------

@@ -32,9 +32,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._core import CheckFailure, Mistake, _LearnerRaised, _stage_header, call_learner, describe
+from ._core import (
+    CheckFailure,
+    Mistake,
+    _LearnerRaised,
+    _stage_header,
+    call_learner,
+    closest_mistake,
+    describe,
+    matches_in_norm,
+)
 from ._core import hinted_answer as _hinted
-from .triton_kernel import _nothing_on_stderr, _raised_failure, _rel_err, _same
+from .triton_kernel import _nothing_on_stderr, _raised_failure, _rel_err
 
 __all__ = [
     "DKDV_MISTAKES",
@@ -486,14 +495,16 @@ def _stages(cases) -> list[str]:
 
 
 def _diagnose(yours: tuple, args: tuple, expected: tuple, mistakes, pick, tol, match_tol):
-    """The first mistake whose replay matches every compared output (and differs from right)."""
-    for mistake in mistakes:
-        theirs = pick(mistake.fn(*args))
-        if all(_rel_err(t, e) < tol for t, e in zip(theirs, expected, strict=True)):
-            continue
-        if all(_same(y, t, match_tol) for y, t in zip(yours, theirs, strict=True)):
-            return mistake
-    return None
+    """The mistake whose replay is nearest yours on every compared output (and differs from
+    right), or None."""
+
+    def replays():
+        for mistake in mistakes:
+            theirs = pick(mistake.fn(*args))
+            if not all(_rel_err(t, e) < tol for t, e in zip(theirs, expected, strict=True)):
+                yield mistake, theirs
+
+    return closest_mistake(yours, replays(), match_tol)
 
 
 # ---- exercise 1: D ------------------------------------------------------------------------------
@@ -834,7 +845,7 @@ def _function_failure(name, case, yours, expected, errs, tol, q64, k64, v64, do6
     slug = None
     match_tol = _match_tolerance(case.dtype)
     swapped = (expected[0], expected[2], expected[1])
-    if all(_same(y, t, match_tol) for y, t in zip(yours, swapped, strict=True)):
+    if all(matches_in_norm(y, t, match_tol) for y, t in zip(yours, swapped, strict=True)):
         slug = "grads-swapped"
     out64, lse64 = forward64(q64, k64, v64, case.causal, case.scale)
     delta64 = (out64 * do64).sum(axis=-1)
@@ -850,7 +861,7 @@ def _function_failure(name, case, yours, expected, errs, tol, q64, k64, v64, do6
         args = dict(causal=case.causal, scale=case.scale) | change
         theirs = emulate_backward(q64, k64, v64, do64, lse64, delta64, args["causal"],
                                   args["scale"])  # fmt: skip
-        if all(_same(y, t, match_tol) for y, t in zip(yours, theirs, strict=True)):
+        if all(matches_in_norm(y, t, match_tol) for y, t in zip(yours, theirs, strict=True)):
             slug = candidate
     b, h, i = _worst(yours[worst], expected[worst])
     text = (

@@ -43,7 +43,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._core import Case, CheckFailure, Mistake, _LearnerRaised, call_learner, describe, run_cases
+from ._core import (
+    Case,
+    CheckFailure,
+    Mistake,
+    _LearnerRaised,
+    call_learner,
+    closest_mistake,
+    describe,
+    run_cases,
+)
 from ._core import hinted_answer as _hinted
 
 __all__ = [
@@ -632,29 +641,14 @@ def _rel_err(yours: np.ndarray, expected: np.ndarray) -> float:
     return float(np.linalg.norm(yours - expected) / max(np.linalg.norm(expected), 1e-300))
 
 
-def _same(yours: np.ndarray, theirs: np.ndarray, tol: float) -> bool:
-    """yours matches a mistake's output: NaN in the same places, the rest within tol."""
-    if yours.shape != theirs.shape:
-        return False
-    nan_y, nan_t = np.isnan(yours), np.isnan(theirs)
-    if (nan_y != nan_t).any():
-        return False
-    y, t = yours[~nan_y], theirs[~nan_t]
-    if not (np.isfinite(y).all() and np.isfinite(t).all()):
-        return bool(np.array_equal(y, t))
-    if y.size == 0:
-        return True
-    return float(np.linalg.norm(y - t)) <= tol * max(float(np.linalg.norm(t)), 1e-300)
-
-
 def _diagnose(which, yours, args, expected, mistakes, tol, match_tol):
-    for mistake in mistakes:
-        theirs = mistake.fn(*args)[which]
-        if _rel_err(theirs, expected) < tol:  # harmless on this case: cannot be what went wrong
-            continue
-        if _same(yours, theirs, match_tol):
-            return mistake
-    return None
+    replays = (
+        (mistake, (theirs,))
+        for mistake in mistakes
+        for theirs in [mistake.fn(*args)[which]]
+        if _rel_err(theirs, expected) >= tol  # right on this case: not what went wrong
+    )
+    return closest_mistake((yours,), replays, match_tol)
 
 
 def _worst_row(yours: np.ndarray, expected: np.ndarray) -> tuple[int, ...]:
@@ -848,10 +842,13 @@ def _check_attention_kernel(name, step, finalize, seed, trials) -> tuple[int, bo
         args = (q64, k64, v64, case.causal, scale, case.block_m, case.block_n)
         expected = _reference_attention(q64, k64, v64, case.causal, scale)
         tol = tolerances.get(case.dtype, 1e-2)
-        match_tol = 1e-3 if case.dtype == "float32" and not on_gpu else 5e-2
-        for which, what, mistakes in (
-            (0, "out", KERNEL_OUT_MISTAKES),
-            (1, "lse", KERNEL_LSE_MISTAKES),
+        # A replay matches within 1e-3 in float32 in the interpreter; half precision on a GPU
+        # rounds p before P @ V, so out needs 5e-2, while lse (float32 from the scores) stays
+        # within 1e-2: a looser lse tolerance let unrelated shifts pass for base2-lse
+        loose = case.dtype != "float32" or on_gpu
+        for which, what, mistakes, match_tol in (
+            (0, "out", KERNEL_OUT_MISTAKES, 5e-2 if loose else 1e-3),
+            (1, "lse", KERNEL_LSE_MISTAKES, 1e-2 if loose else 1e-3),
         ):
             err = _rel_err(yours[which], expected[which])
             if err < tol:

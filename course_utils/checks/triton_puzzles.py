@@ -33,7 +33,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._core import CheckFailure, Mistake, _LearnerRaised, call_learner, describe
+from ._core import (
+    CheckFailure,
+    Mistake,
+    _LearnerRaised,
+    call_learner,
+    closest_mistake,
+    describe,
+    matches_in_norm,
+)
 from .triton_kernel import (
     KERNEL_LSE_MISTAKES,
     KERNEL_OUT_MISTAKES,
@@ -106,22 +114,6 @@ def _launch(name, fn, run, *args):
 
 def _as_numpy(t) -> np.ndarray:
     return t.double().cpu().numpy()
-
-
-def _same(yours: np.ndarray, theirs: np.ndarray, tol: float) -> bool:
-    """yours matches an emulation: NaN and infinities in the same places, the rest within tol
-    (relative, in norm)."""
-    if yours.shape != theirs.shape:
-        return False
-    special_y, special_t = ~np.isfinite(yours), ~np.isfinite(theirs)
-    if (special_y != special_t).any():
-        return False
-    if not np.array_equal(yours[special_y], theirs[special_t], equal_nan=True):
-        return False
-    y, t = yours[~special_y], theirs[~special_t]
-    if y.size == 0:
-        return True
-    return float(np.linalg.norm(y - t)) <= tol * max(float(np.linalg.norm(t)), 1e-30)
 
 
 def _error(yours: np.ndarray, expected: np.ndarray) -> float:
@@ -211,7 +203,7 @@ def _run_puzzle(puzzle: Puzzle, kernel, cases: list[PuzzleCase]) -> int:
             theirs = m.fn(case, arrays)
             if _error(theirs, expected) <= tol:  # harmless here: cannot be what went wrong
                 continue
-            if _same(yours, theirs, match_tol):
+            if matches_in_norm(yours, theirs, match_tol):
                 mistake = m
                 break
         raise CheckFailure(
@@ -850,7 +842,7 @@ class ForwardCase:
     softmax_scale: float | None = None  # None: 1/sqrt(d)
     poison_from: int | None = None  # keys >= this are NaN; only rows < this are compared
     late_max: bool = False
-    negative: bool = False  # every score q.k below zero: a key of score 0 would take the weight
+    negative: bool = False  # every score q.k near -3: a key of score 0 would outweigh any real key
 
     @property
     def scale(self) -> float:
@@ -868,7 +860,10 @@ class ForwardCase:
         if self.poison_from is not None:
             text += f", keys and values from row {self.poison_from} on are NaN"
         if self.negative:
-            text += ", every score q.k below zero (a key past the end, scored 0, would dominate)"
+            text += (
+                ", every score below zero, near -3 (a key past the end, scored 0, would weigh "
+                "as much as twenty real keys)"
+            )
         return text
 
 
@@ -968,8 +963,11 @@ def _forward_inputs(case: ForwardCase, torch, device):
     v = torch.randn(shape_k, generator=gen)
     if case.late_max and case.n_k > 16:
         k[:, :, -16:] *= 2.5
-    if case.negative:  # q.k = -sum |q_i| |k_i| < 0 for every pair
+    if case.negative:  # q.k = -sum |q_i| |k_i| < 0 for every pair, scaled to a mean of -3:
+        # each real key keeps a weight near e^-3 (representable in float16), while a key past
+        # the end scored 0 weighs as much as twenty of them
         q, k = q.abs() + 0.5, -(k.abs() + 0.5)
+        q = q * (3.0 / float((q @ k.transpose(-1, -2)).mean().abs() * case.scale))
     dtype = getattr(torch, case.dtype)
     q, k, v = (t.to(dtype) for t in (q, k, v))
     as64 = tuple(t.double().numpy() for t in (q, k, v))
@@ -1078,14 +1076,14 @@ def _emulations(mistake, args, which):
 
 
 def _forward_diagnose(which, yours, args, expected, mistakes, tol, match_tol, rows):
-    for mistake in mistakes:
-        for theirs in _emulations(mistake, args, which):
-            theirs = theirs[:, :, rows]
-            if _error(theirs, expected) <= tol:
-                continue
-            if _same(yours, theirs, match_tol):
-                return mistake
-    return None
+    def replays():
+        for mistake in mistakes:
+            for theirs in _emulations(mistake, args, which):
+                theirs = theirs[:, :, rows]
+                if _error(theirs, expected) > tol:  # right on this case: not what went wrong
+                    yield mistake, (theirs,)
+
+    return closest_mistake((yours,), replays(), match_tol)
 
 
 def _forward_failure(name, stages, case, what, yours, expected, err, tol, mistake) -> str:

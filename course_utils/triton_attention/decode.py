@@ -33,7 +33,8 @@ and it weighs nothing in the merge. seq_len 0 gives out 0 and lse -inf.
     flash_decode(q, k_cache, v_cache, block_table, seq_lens) -> (out, lse)
     choose_num_splits(batch, kv_heads, max_seq_len, ...)     the SM-fill model of notebook 05
 
-Tunables (`DEFAULT_TUNING`, or keywords of flash_decode): pages_per_tile (the K/V tile is
+Tunables (`default_tuning`: DEFAULT_TUNING or FEW_SEQUENCES_TUNING by the size of the grid, or
+keywords of flash_decode): pages_per_tile (the K/V tile is
 pages_per_tile * page_size tokens), num_warps, num_stages, programs_per_sm and
 min_tokens_per_split (how num_splits is chosen). `python -m benchmarks.decode --sweep` times them.
 
@@ -61,17 +62,34 @@ MAX_SPLITS = 256  # the merge kernel holds all of a head's partials in one tile
 NOMINAL_SMS = 132  # an H100's SM count: the model's GPU when there is none (the interpreter)
 MIN_ROWS = 16  # tl.dot needs at least 16 rows: a group of query heads is padded up to this
 
-DEFAULT_TUNING = {
+# Two regimes, timed on the H200 with CUDA graph replays (2026-12-02, benchmarks/RESULTS.md,
+# decode runs 3 to 5 and the sweep).
+DEFAULT_TUNING = {  # batch * kv_heads >= SMs: the grid fills the GPU with little or no split
     "tile_tokens": 64,  # pages_per_tile = max(1, tile_tokens // page_size) unless given
     "num_warps": 4,
     "num_stages": 2,
-    # num_splits aims at this many programs per SM, and no chunk shorter than this. On the H200
-    # (2026-12-02, benchmarks/RESULTS.md, decode runs 1 and 2) 4 per SM with 128-token chunks
-    # was slower over the whole grid than 2 per SM with 256 (batch 8, 32 KV heads, 64k: 4,013
-    # against 4,520 GB/s), though the sweep had favoured it at two points
+    # num_splits aims at this many programs per SM, and no chunk shorter than this
     "programs_per_sm": 2,
     "min_tokens_per_split": 256,
 }
+# batch * kv_heads < SMs: the splits make the grid, and each program streams a short chunk, so
+# deeper pipelining of smaller tiles and more programs per SM keep more bytes in flight. Batch 1,
+# 32 KV heads, 64k: 3,704 GB/s against 3,553 with DEFAULT_TUNING; at batch 8 and 32 KV heads the
+# same settings fell from 4,422 to 3,196 GB/s, hence the two regimes.
+FEW_SEQUENCES_TUNING = {
+    "tile_tokens": 32,
+    "num_warps": 4,
+    "num_stages": 3,
+    "programs_per_sm": 4,
+    "min_tokens_per_split": 256,
+}
+
+
+def default_tuning(batch: int, kv_heads: int, sms: int | None = None) -> dict:
+    """The launch settings for a grid of batch * kv_heads caches on a GPU of `sms` SMs (default
+    num_sms()): FEW_SEQUENCES_TUNING when they cannot fill the SMs, else DEFAULT_TUNING."""
+    sms = num_sms() if sms is None else sms
+    return dict(FEW_SEQUENCES_TUNING if batch * kv_heads < sms else DEFAULT_TUNING)
 
 
 @triton.jit
@@ -237,7 +255,7 @@ def choose_num_splits(
         max_seq_len: the longest sequence (tokens) the chunks must cover.
         page_size: tokens per page (chunks are whole pages).
         sms: SMs of the GPU; default num_sms() (132 on a machine without one).
-        programs_per_sm, min_tokens_per_split: default DEFAULT_TUNING's.
+        programs_per_sm, min_tokens_per_split: default default_tuning(batch, kv_heads, sms)'s.
 
     Returns:
         num_splits, between 1 and MAX_SPLITS.
@@ -248,11 +266,10 @@ def choose_num_splits(
     if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len < 0:
         raise ValueError(f"max_seq_len must be an int >= 0, got {max_seq_len!r}")
     sms = num_sms() if sms is None else sms
-    per_sm = DEFAULT_TUNING["programs_per_sm"] if programs_per_sm is None else programs_per_sm
+    tuning = default_tuning(batch, kv_heads, sms)
+    per_sm = tuning["programs_per_sm"] if programs_per_sm is None else programs_per_sm
     min_tokens = (
-        DEFAULT_TUNING["min_tokens_per_split"]
-        if min_tokens_per_split is None
-        else min_tokens_per_split
+        tuning["min_tokens_per_split"] if min_tokens_per_split is None else min_tokens_per_split
     )
     wanted = math.ceil(per_sm * sms / (batch * kv_heads))
     pages = -(-max_seq_len // page_size)
@@ -408,7 +425,8 @@ def flash_decode(
         softmax_scale: tau, default 1 / sqrt(d).
         num_splits: chunks per cache; default choose_num_splits(batch, kv_heads,
             max_pages * page_size, page_size) (no device sync: the table's width, not seq_lens).
-        pages_per_tile, num_warps, num_stages: the launch (default DEFAULT_TUNING).
+        pages_per_tile, num_warps, num_stages: the launch (default default_tuning(batch,
+            kv_heads)).
         check_values: check seq_lens and the used block_table entries (one device sync); a
             benchmark that checked once may turn it off.
         partials: (out_partial, lse_partial) float32 buffers of shapes (batch, q_heads,
@@ -427,13 +445,14 @@ def flash_decode(
     num_splits = _positive_int(num_splits, "num_splits")
     if num_splits > MAX_SPLITS:
         raise ValueError(f"num_splits must be at most {MAX_SPLITS}, got {num_splits}")
+    tuning = default_tuning(batch, kv_heads)
     if pages_per_tile is None:
-        pages_per_tile = max(1, DEFAULT_TUNING["tile_tokens"] // page_size)
+        pages_per_tile = max(1, tuning["tile_tokens"] // page_size)
     pages_per_tile = _positive_int(pages_per_tile, "pages_per_tile")
     if pages_per_tile & (pages_per_tile - 1):
         raise ValueError(f"pages_per_tile must be a power of two, got {pages_per_tile}")
-    num_warps = _positive_int(num_warps or DEFAULT_TUNING["num_warps"], "num_warps")
-    num_stages = _positive_int(num_stages or DEFAULT_TUNING["num_stages"], "num_stages")
+    num_warps = _positive_int(num_warps or tuning["num_warps"], "num_warps")
+    num_stages = _positive_int(num_stages or tuning["num_stages"], "num_stages")
 
     out = torch.empty_like(q)
     lse = torch.empty((batch, q_heads), dtype=torch.float32, device=q.device)
