@@ -32,7 +32,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import cluster, pipeline
+from . import cluster, pipeline, student_build
 from .submissions import Submission, attach_submission_info, discover
 from .worker import result_path, sha256
 
@@ -71,6 +71,7 @@ def build_template(
         )
         for a in only
     }
+    student_build.build_all(template, only)
     (template / ".release").write_text(release)
     return template, pipeline.max_scores(template), code_cells
 

@@ -143,6 +143,22 @@ def strip_module(source: str, module: str, keep: set[str]) -> str:
     return "\n\n".join([doc, "from __future__ import annotations", *body]) + "\n"
 
 
+PREBUILT = ".student_build"  # a grading template's folder of stripped packages, one per assignment
+
+
+def prebuilt(template: Path, assignment: str) -> Path | None:
+    """The stripped course_utils the template holds for `assignment` (build_all), or None."""
+    path = Path(template) / PREBUILT / assignment / "course_utils"
+    return path if path.is_dir() else None
+
+
+def build_all(template: Path, assignments: list[str]) -> None:
+    """Build each assignment's stripped package once into the grading template: the sandbox binds
+    it read-only into every kernel of that assignment, so one copy serves them all."""
+    for assignment in assignments:
+        build(Path(template) / PREBUILT / assignment, assignment)
+
+
 def build(dest: Path, assignment: str | None = None, package: Path = PACKAGE) -> Path:
     """Write the stripped course_utils for `assignment` under dest; returns dest/course_utils."""
     extra = ALLOWED.get(assignment or "", {})

@@ -78,7 +78,7 @@ def grade_one(job: dict) -> dict:
     start = time.perf_counter()
     scratch = out / ".work" / f"{student}__{assignment}"
     shutil.rmtree(scratch, ignore_errors=True)
-    shutil.copytree(template, scratch)
+    shutil.copytree(template, scratch, ignore=shutil.ignore_patterns(student_build.PREBUILT))
     release = nbformat.read(scratch / "notebooks" / assignment / f"{assignment}.ipynb", 4)
     try:
         nb, repairs = read_submission(job["path"], release)
@@ -89,7 +89,10 @@ def grade_one(job: dict) -> dict:
     tampering = find_tampering(nb)
     pipeline.submit(scratch, student, assignment, nb)
     if job.get("sandbox", True):  # the kernel imports course_utils with every answer a stub
-        job = {**job, "package": str(student_build.build(scratch / "student_build", assignment))}
+        package = student_build.prebuilt(template, assignment) or student_build.build(
+            scratch / "student_build", assignment
+        )  # bound read-only: the template's one copy serves every kernel of the assignment
+        job = {**job, "package": str(package)}
     outcome = pipeline.autograde(
         scratch, assignment, student, timeout=job.get("timeout"), sandbox=sandbox_settings(job)
     )

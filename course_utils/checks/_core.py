@@ -35,6 +35,7 @@ import contextlib
 import functools
 import inspect
 import io
+import math
 import re
 import sys
 import tracemalloc
@@ -1443,6 +1444,68 @@ def matches_in_norm(yours: np.ndarray, theirs: np.ndarray, tol: float) -> bool:
     if y.size == 0:
         return True
     return float(np.linalg.norm(y - t)) <= tol * max(float(np.linalg.norm(t)), 1e-30)
+
+
+def worst_row(yours: np.ndarray, expected: np.ndarray, lead: int = 3) -> tuple[int, ...]:
+    """The index over the first `lead` axes of the row with the largest difference: NaN counts
+    as largest, the same infinity (or NaN) on both sides as none."""
+    with np.errstate(all="ignore"):
+        diff = np.abs(yours - expected)
+    alike = (np.isnan(yours) & np.isnan(expected)) | (np.isinf(yours) & (yours == expected))
+    diff = np.where(alike, 0.0, np.where(np.isnan(diff), np.inf, diff))
+    lead = min(lead, diff.ndim)
+    per_row = diff.reshape(*diff.shape[:lead], -1).max(axis=-1)
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(per_row)), per_row.shape))
+
+
+def mismatch_lines(
+    what: str,
+    yours: np.ndarray,
+    expected: np.ndarray,
+    err: float,
+    tol: float,
+    mistake: Mistake | None,
+    focus: str,
+    *,
+    rows: Sequence[str] = ("batch", "head", "query"),
+    nan_note: str = "",
+) -> list[str]:
+    """The lines every kernel check prints under its own header when an output is wrong: the
+    relative error and the worst row (named by `rows`, the output's leading axes), yours and the
+    expected values there (a row's first six entries, or one value), then the mistake, but only
+    when a replay of it matched; otherwise what the case exercises, with a note on NaN (and
+    `nan_note`) or on a result that is merely close."""
+    idx = worst_row(yours, expected, len(rows))
+    at = ", ".join(str(i) for i in idx)
+    where = ", ".join(f"{name} {i}" for name, i in zip(rows, idx, strict=False))
+    err_text = "NaN or inf" if not math.isfinite(err) else f"{err:.2e}"
+    lines = [
+        f"  relative error of {what}: {err_text} (tolerance {tol:.0e}); the worst row is {where}:"
+    ]
+    if yours.shape != expected.shape:
+        lines.append(f"  yours has shape {yours.shape}, expected {expected.shape}")
+    elif yours.ndim > len(idx):
+        lines.append(f"  yours:    {what}[{at}, :6] = {describe(yours[idx][:6], 5)}")
+        lines.append(f"  expected: {what}[{at}, :6] = {describe(expected[idx][:6], 5)}")
+    else:
+        lines.append(f"  yours:    {what}[{at}] = {describe(yours[idx], 7)}")
+        lines.append(f"  expected: {what}[{at}] = {describe(expected[idx], 7)}")
+    if mistake is not None:
+        lines.append(f"  likely mistake: {mistake.title} [misconception: {mistake.slug}]")
+        lines.append(f"  {mistake.explanation}")
+        return lines
+    if np.isnan(yours).any():
+        lines.append(
+            f"  note: your {what} has NaN in {int(np.isnan(yours).sum())} of {yours.size} "
+            f"entries{nan_note}."
+        )
+    elif math.isfinite(err) and err < 5e-2:
+        lines.append(
+            f"  note: your values are close (relative error {err:.1e}) but not within the "
+            f"tolerance ({tol:.0e})."
+        )
+    lines.append(f"  No known mistake matches; this case exercises {focus}.")
+    return lines
 
 
 def closest_mistake(yours: tuple, replays, tol: float) -> Mistake | None:

@@ -45,6 +45,7 @@ from ._core import (
     call_learner,
     closest_mistake,
     describe,
+    mismatch_lines,
 )
 from ._core import hinted_answer as _hinted
 from .triton_kernel import _nothing_on_stderr, _raised_failure
@@ -335,42 +336,20 @@ def _error(yours: np.ndarray, expected: np.ndarray) -> float:
     return float(np.linalg.norm(y - e) / max(np.linalg.norm(e), 1e-30))
 
 
-def _worst(yours: np.ndarray, expected: np.ndarray) -> tuple[int, ...]:
-    with np.errstate(all="ignore"):
-        diff = np.abs(yours - expected)
-    diff = np.where(np.isnan(diff), np.inf, diff)
-    both_inf = np.isinf(yours) & (yours == expected)
-    diff = np.where(both_inf, 0.0, diff)
-    lead = expected.shape[:3] if diff.ndim == 4 else expected.shape
-    per = diff.reshape(*lead, -1).max(axis=-1)
-    return tuple(int(i) for i in np.unravel_index(np.argmax(per), per.shape))
+_ROWS = {  # the leading axes of each output, named in a failure message
+    "out_partial": ("batch", "head", "split"),
+    "lse_partial": ("batch", "head", "split"),
+    "out": ("batch", "head"),
+    "lse": ("batch", "head"),
+}
 
 
 def _failure(name, label, inputs, what, yours, expected, err, tol, mistake, focus) -> str:
-    idx = _worst(yours, expected)
-    at = ", ".join(str(i) for i in idx)
-    err_text = "NaN, inf or a misplaced -inf" if not math.isfinite(err) else f"{err:.2e}"
-    lines = [
-        f"✗ {name} is wrong on {label}.",
-        f"  input:    {inputs}",
-        f"  relative error of {what}: {err_text} (tolerance {tol:.0e}); the worst entry is [{at}]:",
-    ]
-    if yours.ndim == expected.ndim and yours.shape != expected.shape:
-        lines.append(f"  yours has shape {yours.shape}, expected {expected.shape}")
-    elif yours.ndim > len(idx):
-        lines.append(f"  yours:    {what}[{at}, :6] = {describe(yours[idx][:6], 5)}")
-        lines.append(f"  expected: {what}[{at}, :6] = {describe(expected[idx][:6], 5)}")
-    else:
-        lines.append(f"  yours:    {what}[{at}] = {describe(yours[idx], 7)}")
-        lines.append(f"  expected: {what}[{at}] = {describe(expected[idx], 7)}")
-    if mistake is not None:
-        lines.append(f"  likely mistake: {mistake.title} [misconception: {mistake.slug}]")
-        lines.append(f"  {mistake.explanation}")
-    else:
-        if np.isnan(yours).any():
-            lines.append(f"  note: yours has NaN in {int(np.isnan(yours).sum())} entries.")
-        lines.append(f"  No known mistake matches; this case exercises {focus}.")
-    return "\n".join(lines)
+    lines = [f"✗ {name} is wrong on {label}.", f"  input:    {inputs}"]
+    rows = _ROWS.get(what, ("batch", "head", "split"))
+    return "\n".join(
+        lines + mismatch_lines(what, yours, expected, err, tol, mistake, focus, rows=rows)
+    )
 
 
 def _diagnose(which, yours, args, expected, mistakes, tol, match_tol):
@@ -549,7 +528,7 @@ def check_attend_chunk(attend_chunk: Callable, seed: int | None = 0, trials: int
 
     Raises:
         NotImplementedError: attend_chunk is still the exercise's stub.
-        CheckFailure: a wrong result, with the case, the worst entry and the mistake it shows.
+        CheckFailure: a wrong result, with the case, the worst row and the mistake it shows.
     """
     name = "attend_chunk"
     with _nothing_on_stderr():

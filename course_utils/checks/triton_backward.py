@@ -41,6 +41,8 @@ from ._core import (
     closest_mistake,
     describe,
     matches_in_norm,
+    mismatch_lines,
+    worst_row,
 )
 from ._core import hinted_answer as _hinted
 from .triton_kernel import _nothing_on_stderr, _raised_failure, _rel_err
@@ -446,40 +448,13 @@ def _call(name, runner, case, *args, allow):
         raise _raised_failure(name, case, err.exc) from None
 
 
-def _worst(yours: np.ndarray, expected: np.ndarray) -> tuple[int, ...]:
-    diff = np.abs(yours - expected)
-    diff = np.where(np.isnan(diff), np.inf, diff)
-    per_row = diff.reshape(*expected.shape[:3], -1).max(axis=-1)
-    return tuple(int(i) for i in np.unravel_index(np.argmax(per_row), per_row.shape))
-
-
 def _failure(name, case, what, yours, expected, err, tol, mistake, stages) -> CheckFailure:
-    b, h, i = _worst(yours, expected)
-    row = "row" if what in ("dq", "D") else "key row" if what in ("dk", "dv") else "row"
-    err_text = "NaN or inf" if not math.isfinite(err) else f"{err:.2e}"
-    index = f"[{b}, {h}, {i}" + ("]" if yours.ndim == 3 else ", :6]")
-    pick = (b, h, i) if yours.ndim == 3 else (b, h, i, slice(0, 6))
-    lines = [
-        f"✗ {name} is wrong on {case.label}.",
-        f"  input:    {case.describe()}",
-        f"  relative error of {what}: {err_text} (tolerance {tol:.0e}); the worst {row} is "
-        f"batch {b}, head {h}, {'query' if what in ('dq', 'D') else 'key'} {i}:",
-        f"  yours:    {what}{index} = {describe(yours[pick], 5)}",
-        f"  expected: {what}{index} = {describe(expected[pick], 5)}",
-    ]
-    if mistake is not None:
-        lines.append(f"  likely mistake: {mistake.title} [misconception: {mistake.slug}]")
-        lines.append(f"  {mistake.explanation}")
-    else:
-        if np.isnan(yours).any():
-            lines.append(
-                f"  note: your {what} has NaN in {int(np.isnan(yours).sum())} of {yours.size} "
-                "entries (the launcher fills the outputs with NaN: an element never stored shows "
-                "up as NaN)."
-            )
-        elif err < 5e-2:
-            lines.append(f"  note: your values are close (relative error {err:.1e}).")
-        lines.append(f"  No known mistake matches; this case exercises {case.focus()}.")
+    rows = ("batch", "head", "query" if what in ("dq", "D") else "key")
+    nan_note = " (the launcher fills the outputs with NaN: an element never stored shows up as NaN)"
+    lines = [f"✗ {name} is wrong on {case.label}.", f"  input:    {case.describe()}"]
+    lines += mismatch_lines(
+        what, yours, expected, err, tol, mistake, case.focus(), rows=rows, nan_note=nan_note
+    )
     text = "\n".join(lines)
     if stages and case.stage in stages:
         text = _stage_header(name, stages, case.stage) + text
@@ -863,7 +838,7 @@ def _function_failure(name, case, yours, expected, errs, tol, q64, k64, v64, do6
                                   args["scale"])  # fmt: skip
         if all(matches_in_norm(y, t, match_tol) for y, t in zip(yours, theirs, strict=True)):
             slug = candidate
-    b, h, i = _worst(yours[worst], expected[worst])
+    b, h, i = worst_row(yours[worst], expected[worst])
     text = (
         f"✗ {name}: the gradient {what} is wrong on {case.label} (relative error "
         f"{errs[worst]:.2e}, tolerance {tol:.0e}).\n  input:    {case.describe()}\n"

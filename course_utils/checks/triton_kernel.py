@@ -50,7 +50,7 @@ from ._core import (
     _LearnerRaised,
     call_learner,
     closest_mistake,
-    describe,
+    mismatch_lines,
     run_cases,
 )
 from ._core import hinted_answer as _hinted
@@ -651,48 +651,11 @@ def _diagnose(which, yours, args, expected, mistakes, tol, match_tol):
     return closest_mistake((yours,), replays, match_tol)
 
 
-def _worst_row(yours: np.ndarray, expected: np.ndarray) -> tuple[int, ...]:
-    """(b, h, i) of the query row with the largest difference (NaN counts as largest)."""
-    diff = np.abs(yours - expected)
-    diff = np.where(np.isnan(diff), np.inf, diff)
-    per_row = diff.reshape(*expected.shape[:3], -1).max(axis=-1)
-    return tuple(int(i) for i in np.unravel_index(np.argmax(per_row), per_row.shape))
-
-
 def _kernel_failure(name, case, what, yours, expected, err, tol, mistake) -> str:
-    """The failure message: the case, the worst row, and the mistake only when a replay of it
-    matches the learner's output (otherwise what the case exercises, and a note on NaN or on a
-    result that is merely close)."""
-    b, h, i = _worst_row(yours, expected)
-    err_text = "NaN or inf" if not math.isfinite(err) else f"{err:.2e}"
-    lines = [
-        f"✗ {name} is wrong on {case.label}.",
-        f"  input:    {case.describe()}",
-        f"  relative error of {what}: {err_text} (tolerance {tol:.0e}); the worst row is batch "
-        f"{b}, head {h}, query {i}:",
-    ]
-    if what == "out":
-        lines.append(f"  yours:    out[{b}, {h}, {i}, :6] = {describe(yours[b, h, i, :6], 5)}")
-        lines.append(f"  expected: out[{b}, {h}, {i}, :6] = {describe(expected[b, h, i, :6], 5)}")
-    else:
-        lines.append(f"  yours:    lse[{b}, {h}, {i}] = {describe(yours[b, h, i], 7)}")
-        lines.append(f"  expected: lse[{b}, {h}, {i}] = {describe(expected[b, h, i], 7)}")
-    if mistake is not None:
-        lines.append(f"  likely mistake: {mistake.title} [misconception: {mistake.slug}]")
-        lines.append(f"  {mistake.explanation}")
-    else:
-        if np.isnan(yours).any():
-            lines.append(
-                f"  note: your {what} has NaN in {int(np.isnan(yours).sum())} of "
-                f"{yours.size} entries, where the expected values are numbers."
-            )
-        elif err < 5e-2:
-            lines.append(
-                f"  note: your values are close (relative error {err:.1e}) but not within the "
-                f"tolerance ({tol:.0e})."
-            )
-        lines.append(f"  No known mistake matches; this case exercises {case.focus()}.")
-    return "\n".join(lines)
+    """The failure message: the case, then _core.mismatch_lines (the worst row, the mistake only
+    when a replay of it matches)."""
+    lines = [f"✗ {name} is wrong on {case.label}.", f"  input:    {case.describe()}"]
+    return "\n".join(lines + mismatch_lines(what, yours, expected, err, tol, mistake, case.focus()))
 
 
 def _raised_failure(name, case, exc) -> CheckFailure:

@@ -41,6 +41,8 @@ from ._core import (
     closest_mistake,
     describe,
     matches_in_norm,
+    mismatch_lines,
+    worst_row,
 )
 from .triton_kernel import (
     KERNEL_LSE_MISTAKES,
@@ -130,15 +132,6 @@ def _error(yours: np.ndarray, expected: np.ndarray) -> float:
     if y.size == 0:
         return 0.0
     return float(np.linalg.norm(y - e) / max(np.linalg.norm(e), 1e-30))
-
-
-def _worst_cell(yours: np.ndarray, expected: np.ndarray) -> tuple[int, ...]:
-    with np.errstate(invalid="ignore"):
-        diff = np.abs(yours - expected)
-    both_nan = np.isnan(yours) & np.isnan(expected)
-    same_inf = np.isinf(yours) & (yours == expected)
-    diff = np.where(both_nan | same_inf, 0.0, np.where(np.isnan(diff), np.inf, diff))
-    return tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
 
 
 # ---- the puzzles' common machinery --------------------------------------------------------------
@@ -240,7 +233,7 @@ def _dtype_hint(exc) -> str:
 
 
 def _puzzle_failure(puzzle, case, yours, expected, err, tol, mistake) -> str:
-    at = _worst_cell(yours, expected)
+    at = worst_row(yours, expected, lead=expected.ndim)
     where = puzzle.where.format(*at)
     inside = np.isfinite(expected[at])
     err_text = "NaN, inf or a write outside the matrix" if not math.isfinite(err) else f"{err:.2e}"
@@ -1087,35 +1080,10 @@ def _forward_diagnose(which, yours, args, expected, mistakes, tol, match_tol, ro
 
 
 def _forward_failure(name, stages, case, what, yours, expected, err, tol, mistake) -> str:
-    at = _worst_cell(yours, expected)
-    b, h, i = at[:3]
-    err_text = "NaN or inf" if not math.isfinite(err) else f"{err:.2e}"
-    lines = [
-        _stage_line(name, stages, case.stage),
-        f"  case: {case.label}",
-        f"  input: {case.describe()}",
-        f"  relative error of {what}: {err_text} (tolerance {tol:.0e}); the worst row is batch "
-        f"{b}, head {h}, query {i}:",
-    ]
-    if what == "out":
-        lines.append(f"  yours:    out[{b}, {h}, {i}, :6] = {describe(yours[b, h, i, :6], 5)}")
-        lines.append(f"  expected: out[{b}, {h}, {i}, :6] = {describe(expected[b, h, i, :6], 5)}")
-    else:
-        lines.append(f"  yours:    lse[{b}, {h}, {i}] = {describe(yours[b, h, i], 7)}")
-        lines.append(f"  expected: lse[{b}, {h}, {i}] = {describe(expected[b, h, i], 7)}")
-    if mistake is not None:
-        lines.append(f"  likely mistake: {mistake.title} [misconception: {mistake.slug}]")
-        lines.append(f"  {mistake.explanation}")
-    else:
-        if np.isnan(yours).any():
-            lines.append(
-                f"  note: your {what} has NaN in {int(np.isnan(yours).sum())} of {yours.size} "
-                "entries."
-            )
-        elif math.isfinite(err) and err < 5e-2:
-            lines.append(f"  note: your values are close ({err:.1e}) but not within {tol:.0e}.")
-        lines.append(f"  No known mistake matches; this case exercises {_STAGE_FOCUS[case.stage]}.")
-    return "\n".join(lines)
+    lines = [_stage_line(name, stages, case.stage), f"  case: {case.label}",
+             f"  input: {case.describe()}"]  # fmt: skip
+    focus = _STAGE_FOCUS[case.stage]
+    return "\n".join(lines + mismatch_lines(what, yours, expected, err, tol, mistake, focus))
 
 
 def _shape_failure(name, stages, case, out, lse, dtype) -> str | None:
