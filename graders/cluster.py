@@ -111,6 +111,9 @@ def grade_task(job: dict) -> dict:
             page = stage / "out" / result["feedback"]
             if page.is_file():
                 feedback = page.read_text(encoding="utf-8", errors="replace")
+        graded = stage / "out" / result.pop("autograded", "")
+        if result.get("status") != "grader-error" and graded.is_file():  # the client files it
+            result["autograded_notebook"] = graded.read_text(encoding="utf-8", errors="replace")
         return {"result": result, "feedback": feedback}
     finally:
         shutil.rmtree(stage, ignore_errors=True)

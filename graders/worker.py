@@ -103,6 +103,12 @@ def grade_one(job: dict) -> dict:
     for gid in truncate_outputs(graded_nb):
         result["problems"].append(f"cell {gid}: very long output, cut in the feedback")
     nbformat.write(graded_nb, str(graded_nb_path))
+    # the autograded notebook goes back to the client, which files it in the instructor's
+    # gradebook course directory (graders/gradebook.py): Formgrader shows it cell by cell
+    kept = out / "autograded" / student / f"{assignment}.ipynb"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(graded_nb_path, kept)
+    result["autograded"] = str(kept.relative_to(out))
     got = pipeline.scores(scratch, assignment)[student]
     reports = _cell_reports(graded_nb)
     for gid, (score, max_score) in got["cells"].items():
