@@ -134,14 +134,21 @@ def _nb_path(coursedir, folder: str, student: str, assignment: str) -> Path:
     return Path(where) / f"{assignment}.ipynb"
 
 
-def record_assignments(cfg, assignments: Iterable[str]) -> None:
+def record_assignments(cfg, assignments: Iterable[str]) -> list[str]:
     """Copy each assignment's instructor notebook into the course's source folder and run nbgrader
-    generate_assignment there: the gradebook then knows its notebook and every cell."""
+    generate_assignment there: the gradebook then knows its notebook and every cell. Returns a
+    note for each source notebook of the course directory that differed and was replaced."""
     api, coursedir = _api(cfg)
+    notes = []
     for a in assignments:
         source = _nb_path(coursedir, coursedir.source_directory, ".", a)
         ours = pipeline.REPO / "solutions" / a / f"{a}.ipynb"
         if not source.is_file() or source.read_bytes() != ours.read_bytes():
+            if source.is_file():
+                notes.append(
+                    f"{source}: replaced by {ours}, the notebook the class was graded against "
+                    "(the gradebook must describe the release that was graded)"
+                )
             source.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(ours, source)
         with pipeline._quiet():
@@ -151,6 +158,7 @@ def record_assignments(cfg, assignments: Iterable[str]) -> None:
                 f"nbgrader generate_assignment failed for {a} in {coursedir.root} (the gradebook "
                 f"{coursedir.db_url}):\n{result.get('error') or result.get('log')}"
             )
+    return notes
 
 
 def _status_note(res: dict) -> str | None:
@@ -185,18 +193,20 @@ def _placeholder(release: Path, res: dict):
 def _place_files(coursedir, res: dict, out: Path) -> str | None:
     """Put the submitted and the autograded notebook where nbgrader looks; a problem or None."""
     student, a = res["student"], res["assignment"]
-    src = Path(res.get("source") or "")
+    src = Path(res["source"]) if res.get("source") else None
     submitted = _nb_path(coursedir, coursedir.submitted_directory, student, a)
     autograded = _nb_path(coursedir, coursedir.autograded_directory, student, a)
     submitted.parent.mkdir(parents=True, exist_ok=True)
     autograded.parent.mkdir(parents=True, exist_ok=True)
-    if src.is_file() and not (submitted.exists() and submitted.samefile(src)):
-        shutil.copyfile(src, submitted)
-    for name in EXCHANGE_FILES:
-        extra = src.parent / name
-        if src.is_file() and extra.is_file():
+    if src is not None and src.is_file():  # (the class may be graded from COURSE/submitted)
+        if not (submitted.exists() and submitted.samefile(src)):
+            shutil.copyfile(src, submitted)
+        for name in EXCHANGE_FILES:
+            extra = src.parent / name
+            if not extra.is_file():
+                continue
             for folder in (submitted.parent, autograded.parent):
-                if not (folder / name).exists() or not (folder / name).samefile(extra):
+                if not ((folder / name).exists() and (folder / name).samefile(extra)):
                     shutil.copyfile(extra, folder / name)
     graded = out / res["autograded"] if res.get("autograded") else None
     if graded is not None and graded.is_file():
@@ -250,8 +260,9 @@ def _record_one(gb, res: dict, order: list[str], roster: dict | None = None) -> 
         sub = gb.find_submission(a, student)
     except MissingEntry:
         sub = gb.add_submission(a, student)
-    stamp = Path(res.get("source") or "").parent / "timestamp.txt"
-    if stamp.is_file():
+    src = Path(res["source"]) if res.get("source") else None
+    stamp = src.parent / "timestamp.txt" if src is not None else None
+    if stamp is not None and stamp.is_file():
         from nbgrader import utils
 
         try:
@@ -315,9 +326,8 @@ def record(
     course_dir.mkdir(parents=True, exist_ok=True)
     ensure_config(course_dir, db_url)
     cfg = course_config(course_dir, db_url)
-    record_assignments(cfg, assignments)
+    notes = record_assignments(cfg, assignments)
     _, coursedir = _api(cfg)
-    notes = []
     orders = {
         a: _answer_order(_nb_path(coursedir, coursedir.release_directory, ".", a))
         for a in assignments

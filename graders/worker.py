@@ -7,7 +7,8 @@ Each submission gets its own copy of the course directory and gradebook, so a su
 crashes, hangs or fills memory cannot touch another one. With "sandbox" (the default) the
 notebook's kernel runs in graders.sandbox's bubblewrap sandbox; this process, which runs nbgrader
 and writes the gradebook, stays outside it. The result is written as JSON to
-<out>/results/<student>/<assignment>.json and printed.
+<out>/results/<student>/<assignment>.json and printed; the autograded notebook is kept as
+<out>/autograded/<student>/<assignment>.ipynb (result["autograded"]).
 """
 
 from __future__ import annotations
