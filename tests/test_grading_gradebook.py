@@ -379,3 +379,42 @@ def test_failed_submissions_of_every_kind_are_recorded_with_zero(tmp_path):
         ("x", A2): (0.0, max_score),
         ("Ana_María-1f0c2d3e", A2): (0.0, max_score),
     }
+
+
+def test_recording_again_writes_auto_scores_and_keeps_manual_ones(tmp_path):
+    """record() twice on the same course directory: the second verdicts replace the auto scores,
+    a manual score set in between stays and counts, a cell without one follows the grader."""
+    from graders import gradebook
+
+    pts = bank.points(A2)
+    first, second = sorted(pts)[:2]
+
+    def result(scores: dict[str, float]) -> dict:
+        cells = {g: {"score": scores.get(g, p), "max_score": p} for g, p in pts.items()}
+        return {
+            "student": "José",
+            "assignment": A2,
+            "source": "",
+            "status": "graded",
+            "score": sum(c["score"] for c in cells.values()),
+            "max_score": sum(pts.values()),
+            "cells": cells,
+            "problems": [],
+        }
+
+    course = tmp_path / "course"
+    gradebook.record([result({})], course, tmp_path, [A2])
+    with _gradebook(course) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gb.find_grade(first, A2, A2, "José").manual_score = 0.5
+        gb.db.commit()
+    gradebook.record([result({first: 0.0, second: 0.0})], course, tmp_path, [A2])
+    with _gradebook(course) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kept = gb.find_grade(first, A2, A2, "José")
+        assert (kept.manual_score, kept.auto_score, kept.score) == (0.5, 0.0, 0.5)
+        other = gb.find_grade(second, A2, A2, "José")
+        assert (other.manual_score, other.auto_score, other.score) == (None, 0.0, 0.0)
+        total = gb.find_submission(A2, "José").score
+    assert total == pytest.approx(sum(pts.values()) - pts[first] - pts[second] + 0.5)
+    assert gradebook.final_scores(course, [A2])[("José", A2)][0] == pytest.approx(total)
