@@ -160,6 +160,9 @@ def grade(
     path = Path(path).resolve()
     out = Path(out).resolve() if out else path.parent / "graded"
     out.mkdir(parents=True, exist_ok=True)
+    course = None  # the nbgrader course directory that receives the verdicts
+    if course_dir is not None or gradebook is not None:
+        course = Path(course_dir).resolve() if course_dir is not None else out / "nbgrader"
     subs, problems = discover(path, known, assignment)
     if not subs:
         raise ValueError(f"no submissions found under {path} (see `python -m graders grade -h`)")
@@ -187,7 +190,8 @@ def grade(
             "template": str(template),
             "release": release,
             "assignments": wanted,
-            "hidden": [str(out), str(path)],  # the kernel never sees the output or the class
+            # the kernel never sees the output, the class or the instructor's course directory
+            "hidden": [str(out), str(path), *([str(course)] if course else [])],
             "timeout": timeout,
             "max_score": max_score.get(sub.assignment, 0.0),
             "memory_gb": memory_gb,
@@ -226,10 +230,9 @@ def grade(
     t2 = time.perf_counter()
     write_outputs(results, problems, out, wanted, max_score)
     final = None
-    if course_dir is not None or gradebook is not None:
+    if course is not None:
         from . import gradebook as _gradebook
 
-        course = Path(course_dir).resolve() if course_dir is not None else out / "nbgrader"
         notes = _gradebook.record(results, course, out, wanted, gradebook, people)
         final = _gradebook.final_scores(course, wanted, gradebook)
         if progress:

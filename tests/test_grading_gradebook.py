@@ -203,6 +203,26 @@ def test_every_graded_cell_holds_the_graders_verdict(graded):
     )
 
 
+def test_formgrader_lists_every_submission_as_autograded(graded):
+    """nbgrader's API behind Formgrader, configured from the course directory's own file only."""
+    from nbgrader.apps.api import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    course = graded["course"]
+    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    cfg.CourseDirectory.root = str(course)
+    api = NbGraderAPI(coursedir=CourseDirectory(config=cfg), config=cfg)
+    subs = {s["student"]: s for s in api.get_submissions(A1)}
+    assert set(subs) == {FULL, PARTIAL, BROKEN}
+    for student, sub in subs.items():
+        assert sub["submitted"] and sub["autograded"], student
+        assert sub["score"] == pytest.approx(float(graded["grades"][student][A1]))
+    cells = {n["student"]: n for n in api.get_notebook_submissions(A1, A1)}
+    assert cells[BROKEN]["flagged"] and not cells[FULL]["flagged"]
+    assert cells[PARTIAL]["failed_tests"] and not cells[FULL]["failed_tests"]
+
+
 def test_feedback_is_generated_and_released_through_the_exchange(graded):
     from nbgrader.utils import notebook_hash
 
