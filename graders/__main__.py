@@ -58,9 +58,33 @@ def main(argv: list[str] | None = None) -> int:
         help="run the students' code without the bubblewrap sandbox, as your user (only where "
         "no sandbox can be made and you trust the submissions or the machine is throwaway)",
     )
+    g.add_argument(
+        "--course-dir",
+        metavar="DIR",
+        help="the instructor's nbgrader course directory: record every verdict in its gradebook "
+        "and put the autograded notebooks where Formgrader and generate_feedback look",
+    )
+    g.add_argument(
+        "--gradebook",
+        metavar="URL",
+        help="the nbgrader gradebook's database URL (default: sqlite:///DIR/gradebook.db)",
+    )
+    g.add_argument(
+        "--export",
+        action="append",
+        metavar="LMS",
+        help="also write grades an LMS imports: canvas, moodle (repeat, or comma-separated)",
+    )
+    g.add_argument(
+        "--roster",
+        metavar="FILE",
+        help="CSV mapping student ids to the LMS: columns student, name, lms_id, sis_id, login, "
+        "section, email (only student is required)",
+    )
     args = parser.parse_args(argv)
     if args.command == "grade":
         from .grade import grade
+        from .gradebook import GradebookError
         from .sandbox import SandboxUnavailable
 
         try:
@@ -74,7 +98,13 @@ def main(argv: list[str] | None = None) -> int:
                 memory_gb=args.memory_gb,
                 sandbox=not args.unsafe_no_sandbox,
                 scheduler=args.scheduler,
+                course_dir=args.course_dir,
+                gradebook=args.gradebook,
+                exports=args.export,
+                roster=args.roster,
             )
+        except GradebookError as exc:
+            parser.exit(2, f"error: {exc}\n")
         except SandboxUnavailable as exc:
             parser.exit(2, f"error: {exc}\n")
         except (ValueError, OSError) as exc:  # OSError: no scheduler at that address

@@ -4,10 +4,12 @@
 
 Each task is `grade_task(job)`: it runs on a dask worker, grades one notebook there with
 `python -m graders.worker` in a subprocess of its own (nbgrader, the sandboxed kernel; see
-graders/worker.py) inside a scratch folder local to the worker, and returns the result and the
-feedback page to the client. Nothing a worker does writes into the output folder: the client alone
-writes grades, feedback, the report and the cache (graders/grade.py), so a worker needs no view of
-it, and a student's code, run on the worker inside the sandbox, cannot reach it either.
+graders/worker.py) inside a scratch folder local to the worker, and returns the result, the
+feedback page and the autograded notebook (result["autograded_notebook"], for the instructor's
+gradebook: graders/gradebook.py) to the client. Nothing a worker does writes into the output
+folder: the client alone writes grades, feedback, the report, the gradebook and the cache
+(graders/grade.py), so a worker needs no view of it, and a student's code, run on the worker
+inside the sandbox, cannot reach it either.
 
 Where the work runs:
     scheduler=None       an in-process LocalCluster of `workers` workers, one thread each (the
@@ -111,6 +113,9 @@ def grade_task(job: dict) -> dict:
             page = stage / "out" / result["feedback"]
             if page.is_file():
                 feedback = page.read_text(encoding="utf-8", errors="replace")
+        graded = stage / "out" / result.pop("autograded", "")
+        if result.get("status") != "grader-error" and graded.is_file():  # the client files it
+            result["autograded_notebook"] = graded.read_text(encoding="utf-8", errors="replace")
         return {"result": result, "feedback": feedback}
     finally:
         shutil.rmtree(stage, ignore_errors=True)

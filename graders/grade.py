@@ -9,6 +9,10 @@ Writes into DIR (default: PATH/../graded):
     feedback/<student>/<assignment>.html
     report.md, report.html, score_distribution.png, exercise_pass_rates.png, misconceptions.png
     results/<student>/<assignment>.json   the raw result; kept between runs (see --regrade)
+    autograded/<student>/<assignment>.ipynb   the notebook as nbgrader autograde left it
+    grades_canvas.csv, grades_moodle.csv  with --export canvas,moodle (graders/exports.py)
+With --course-dir COURSE every verdict also goes into COURSE's nbgrader gradebook, with the
+autograded notebooks where Formgrader and `nbgrader generate_feedback` look (graders/gradebook.py).
 A result is reused when the submitted file is byte for byte the one graded before, so running the
 command again only grades what is new or changed, and nothing already graded is lost: each result
 is written the moment it arrives, so an interrupted run resumes where it stopped.
@@ -124,6 +128,10 @@ def grade(
     progress: bool = True,
     sandbox: bool = True,
     scheduler: str | None = None,
+    course_dir: Path | None = None,
+    gradebook: str | None = None,
+    exports: list[str] | None = None,
+    roster: Path | None = None,
 ) -> Outcome:
     """Grade every submission under `path`; write grades, feedback and the report into `out`.
 
@@ -132,8 +140,19 @@ def grade(
     sandbox=False runs the students' code as this user (a warning says so).
     scheduler: the address of a dask.distributed scheduler to grade on; None starts a local
     cluster of `jobs` worker processes (graders.cluster).
+    course_dir, gradebook: write every verdict into this nbgrader course directory and its
+    gradebook (a database URL; default sqlite:///<course_dir>/gradebook.db), see graders.gradebook;
+    a gradebook without a course directory gets <out>/nbgrader as its course directory.
+    exports: LMS files to write too ("canvas", "moodle": graders.exports), with the students'
+    LMS identifiers from the `roster` CSV.
     """
+    from . import exports as _exports
     from . import sandbox as _sandbox
+
+    kinds = _exports.parse_kinds(exports)
+    people = _exports.read_roster(roster) if roster is not None else None
+    if people is not None and not kinds:
+        raise ValueError("--roster maps students to an LMS: give --export canvas or moodle too")
 
     if sandbox:
         _sandbox.require()
@@ -147,6 +166,9 @@ def grade(
     path = Path(path).resolve()
     out = Path(out).resolve() if out else path.parent / "graded"
     out.mkdir(parents=True, exist_ok=True)
+    course = None  # the nbgrader course directory that receives the verdicts
+    if course_dir is not None or gradebook is not None:
+        course = Path(course_dir).resolve() if course_dir is not None else out / "nbgrader"
     subs, problems = discover(path, known, assignment)
     if not subs:
         raise ValueError(f"no submissions found under {path} (see `python -m graders grade -h`)")
@@ -174,7 +196,8 @@ def grade(
             "template": str(template),
             "release": release,
             "assignments": wanted,
-            "hidden": [str(out), str(path)],  # the kernel never sees the output or the class
+            # the kernel never sees the output, the class or the instructor's course directory
+            "hidden": [str(out), str(path), *([str(course)] if course else [])],
             "timeout": timeout,
             "max_score": max_score.get(sub.assignment, 0.0),
             "memory_gb": memory_gb,
@@ -187,6 +210,15 @@ def grade(
     t1 = time.perf_counter()
     for res, page in cluster.run(tasks, scheduler=scheduler, workers=workers, progress=progress):
         res.pop("feedback", None)
+        res.pop("autograded", None)
+        graded_nb = res.pop("autograded_notebook", None)
+        if graded_nb is not None:  # nbgrader's autograded notebook, for the gradebook
+            dest = out / "autograded" / res["student"] / f"{res['assignment']}.ipynb"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(graded_nb, encoding="utf-8")
+            res["autograded"] = str(dest.relative_to(out))
+        else:  # none this time (the notebook was not graded): no stale one from a run before
+            (out / "autograded" / res["student"] / f"{res['assignment']}.ipynb").unlink(True)
         if page is not None:
             dest = out / "feedback" / res["student"] / f"{res['assignment']}.html"
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -203,6 +235,25 @@ def grade(
 
     t2 = time.perf_counter()
     write_outputs(results, problems, out, wanted, max_score)
+    final = None
+    if course is not None:
+        from . import gradebook as _gradebook
+
+        notes = _gradebook.record(results, course, out, wanted, gradebook, people)
+        final = _gradebook.final_scores(course, wanted, gradebook)
+        if progress:
+            where = gradebook or _gradebook.default_url(course)
+            print(f"gradebook: {len(results)} submissions recorded in {where} (course {course})")
+            for note in notes:
+                print(f"  {note}")
+    if kinds:
+        tab = _exports.table(results, wanted, max_score, final)
+        for path in _exports.write(kinds, tab, out, people):
+            if progress:
+                print(f"LMS file: {path}")
+        missing = [s for s in tab.students if people is not None and s not in people]
+        if missing and progress:
+            print(f"  not in the roster (exported under their student id): {', '.join(missing)}")
     seconds = {"template": t1 - t0, "grading": t2 - t1, "report": time.perf_counter() - t2}
     return Outcome(results, problems, out, seconds, _own_cpu() - cpu0)
 

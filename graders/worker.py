@@ -7,7 +7,8 @@ Each submission gets its own copy of the course directory and gradebook, so a su
 crashes, hangs or fills memory cannot touch another one. With "sandbox" (the default) the
 notebook's kernel runs in graders.sandbox's bubblewrap sandbox; this process, which runs nbgrader
 and writes the gradebook, stays outside it. The result is written as JSON to
-<out>/results/<student>/<assignment>.json and printed.
+<out>/results/<student>/<assignment>.json and printed; the autograded notebook is kept as
+<out>/autograded/<student>/<assignment>.ipynb (result["autograded"]).
 """
 
 from __future__ import annotations
@@ -106,6 +107,12 @@ def grade_one(job: dict) -> dict:
     for gid in truncate_outputs(graded_nb):
         result["problems"].append(f"cell {gid}: very long output, cut in the feedback")
     nbformat.write(graded_nb, str(graded_nb_path))
+    # the autograded notebook goes back to the client, which files it in the instructor's
+    # gradebook course directory (graders/gradebook.py): Formgrader shows it cell by cell
+    kept = out / "autograded" / student / f"{assignment}.ipynb"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(graded_nb_path, kept)
+    result["autograded"] = str(kept.relative_to(out))
     got = pipeline.scores(scratch, assignment)[student]
     reports = _cell_reports(graded_nb)
     for gid, (score, max_score) in got["cells"].items():
