@@ -13,11 +13,21 @@ found in the other is reported.
 
 A pair is a question for the instructor, not a verdict: short exercises leave little room to
 differ, and the report says so. Without copydetect (pip install copydetect) nothing is compared.
+
+Scale: comparing every pair of a class is quadratic (about 2 ms a pair: 7 hours per notebook for
+5,000 students). So answers with the same fingerprints (the same code up to names, comments and
+layout) are grouped first, each member listed with the group's first; the groups are then paired
+through an index of their fingerprint hashes: two are compared in full only when they share
+enough hashes that few other groups hold (at most max(COMMON_MIN, COMMON_SHARE * groups)). Up
+to COMMON_MIN distinct answers per notebook nothing is left out; past that, two answers whose
+shared code is also in more than 1 % of the class's distinct answers are not paired (each is
+still compared with the course's code).
 """
 
 from __future__ import annotations
 
 import io
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -29,6 +39,9 @@ from .submissions import read_notebook, source_text
 
 THRESHOLD = 0.8  # share of an answer's tokens found in the other one
 MIN_TOKENS = 50  # answers shorter than this (after the stubs are removed) are not compared
+COMMON_MIN = 100  # a fingerprint hash held by this many answers still pairs them ...
+COMMON_SHARE = 0.01  # ... or by this share of the class, whichever is more
+PREFILTER = 0.5  # a pair is compared when its rare hashes in common reach this * threshold
 
 
 @dataclass(frozen=True)
@@ -131,9 +144,55 @@ def similar_pairs(
                 share, _ = _shares(fp, ref)
                 if share >= threshold:
                     pairs.append(Pair(assignment, student, f"reference: {name}", share, None))
-        for (s1, f1), (s2, f2) in combinations(sorted(prints.items()), 2):
-            a, b = _shares(f1, f2)
+        groups = same_code_groups(prints)
+        for first, *others in groups.values():
+            if others:
+                share = _shares(prints[first], prints[others[0]])[0]
+                if share >= threshold:
+                    pairs += [Pair(assignment, first, o, share, share) for o in others]
+        firsts = {members[0]: prints[members[0]] for members in groups.values()}
+        for s1, s2 in candidate_pairs(firsts, threshold):
+            a, b = _shares(prints[s1], prints[s2])
             if min(a, b) >= threshold:
                 pairs.append(Pair(assignment, s1, s2, a, b))
     pairs.sort(key=lambda p: (-min(p.share, p.other_share or p.share), p.assignment, p.student))
     return pairs
+
+
+def same_code_groups(prints: dict) -> dict[tuple[int, ...], list[str]]:
+    """Students whose answers have the same fingerprint hashes (the same code once names,
+    comments and layout are normalised), in order; {hashes: [students]}."""
+    groups: dict[tuple[int, ...], list[str]] = defaultdict(list)
+    for student in sorted(prints):
+        groups[tuple(sorted({int(x) for x in prints[student].hashes}))].append(student)
+    return dict(groups)
+
+
+def candidate_pairs(prints: dict, threshold: float) -> list[tuple[str, str]]:
+    """The pairs of students whose answers may be near-copies, without comparing every pair.
+
+    prints: {student: copydetect fingerprint}. An inverted index maps each winnowed hash to the
+    answers holding it; a hash held by more than max(COMMON_MIN, COMMON_SHARE * len(prints))
+    answers is common code and pairs no one. Two answers are a candidate when the rare hashes
+    they share reach PREFILTER * threshold of the smaller one's rare hashes (a near-copy shares
+    nearly all of them). Cost: the sum over rare hashes of (answers holding it)^2, not N^2.
+    """
+    holders: dict[int, list[str]] = defaultdict(list)
+    for student in sorted(prints):
+        for h in set(int(x) for x in prints[student].hashes):
+            holders[h].append(student)
+    cap = max(COMMON_MIN, int(COMMON_SHARE * len(prints)))
+    rare: Counter = Counter()
+    shared: Counter = Counter()
+    for who in holders.values():
+        if len(who) > cap:
+            continue
+        for student in who:
+            rare[student] += 1
+        for pair in combinations(who, 2):
+            shared[pair] += 1
+    return sorted(
+        pair
+        for pair, n in shared.items()
+        if n >= PREFILTER * threshold * min(rare[pair[0]], rare[pair[1]])
+    )

@@ -16,6 +16,7 @@ import os
 import re
 import time
 import unicodedata
+from itertools import combinations
 from pathlib import Path
 
 import nbformat
@@ -441,6 +442,50 @@ def test_near_copies_and_copies_of_the_course_code_are_found(tmp_path):
     assert not any("c" in (p.student, p.other) for p in pairs)  # untouched stubs are not code
     assert all(p.share >= similarity.THRESHOLD for p in pairs)
     assert similarity.similar_pairs(results, threshold=1.01) == []
+
+
+def _course_functions(min_lines: int = 12) -> list[str]:
+    """Distinct code to stand for independent answers: the course package's own functions."""
+    import ast
+
+    out = []
+    for path in sorted((pipeline.REPO / "course_utils").rglob("*.py")):
+        text = path.read_text()
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.FunctionDef) and node.end_lineno - node.lineno >= min_lines:
+                out.append(ast.get_source_segment(text, node))
+    return out
+
+
+@pytest.mark.skipif(similarity.available() is not None, reason="copydetect not installed")
+def test_the_pair_index_finds_what_comparing_every_pair_finds(monkeypatch):
+    """candidate_pairs leaves out no pair that the full comparison lists, with the common-hash
+    cap in force (lowered so that a class of 60 uses it), and compares far fewer pairs."""
+    monkeypatch.setattr(similarity, "COMMON_MIN", 3)
+    monkeypatch.setattr(similarity, "COMMON_SHARE", 0.0)
+    bodies = _course_functions()[:50]
+    answers = {f"s{i:03d}": code for i, code in enumerate(bodies)}
+    for i in range(0, 40, 4):  # ten near-copies: other names, other comments
+        twin = re.sub(r"\b(out|lse|q|k|v|x|result|value)\b", "renamed", bodies[i])
+        answers[f"t{i:03d}"] = twin.replace("#", "# mine:")
+    answers["u000"] = answers["u001"] = answers["u002"] = bodies[45]  # three identical answers
+    prints = {s: similarity._fingerprint(code) for s, code in answers.items()}
+    prints = {s: fp for s, fp in prints.items() if fp.token_coverage >= similarity.MIN_TOKENS}
+    everyone = [
+        (a, b)
+        for a, b in combinations(sorted(prints), 2)
+        if min(similarity._shares(prints[a], prints[b])) >= similarity.THRESHOLD
+    ]
+    assert len(everyone) >= 10  # the test has copies to find
+    groups = similarity.same_code_groups(prints)
+    firsts = {members[0]: prints[members[0]] for members in groups.values()}
+    found = set(similarity.candidate_pairs(firsts, similarity.THRESHOLD))
+    found |= {(m[0], o) for m in groups.values() for o in m[1:]}  # listed with the first
+    for a, b in everyone:  # a pair inside one group is there through the group's first
+        first = next(m[0] for m in groups.values() if a in m)
+        assert (a, b) in found or (first == next(m[0] for m in groups.values() if b in m))
+    assert {("s045", "u000"), ("s045", "u001"), ("s045", "u002")} <= found  # four held the code
+    assert len(found) < 0.1 * len(prints) * (len(prints) - 1) / 2
 
 
 # ---------------------------------------------------------------------------------------------
