@@ -16,7 +16,8 @@ differ, and the report says so. Without copydetect (pip install copydetect) noth
 
 Scale: comparing every pair of a class is quadratic (about 2 ms a pair: 7 hours per notebook for
 5,000 students). So answers with the same fingerprints (the same code up to names, comments and
-layout) are grouped first, each member listed with the group's first; the groups are then paired
+layout) are grouped first, every pair of a group listed (in a group of more than COMMON_MIN,
+each member with the group's first); the groups are then paired
 through an index of their fingerprint hashes: two are compared in full only when they share
 enough hashes that few other groups hold (at most max(COMMON_MIN, COMMON_SHARE * groups)). Up
 to COMMON_MIN distinct answers per notebook nothing is left out; past that, two answers whose
@@ -148,13 +149,25 @@ def similar_pairs(
         for first, *others in groups.values():
             if others:
                 share = _shares(prints[first], prints[others[0]])[0]
-                if share >= threshold:
-                    pairs += [Pair(assignment, first, o, share, share) for o in others]
-        firsts = {members[0]: prints[members[0]] for members in groups.values()}
+                if share < threshold:
+                    continue
+                members = [first, *others]  # every pair of a small group, a star for a large one
+                twins = (
+                    combinations(members, 2)
+                    if len(members) <= COMMON_MIN
+                    else ((first, o) for o in others)
+                )
+                pairs += [Pair(assignment, a, b, share, share) for a, b in twins]
+        group_of = {members[0]: members for members in groups.values()}
+        firsts = {first: prints[first] for first in group_of}
         for s1, s2 in candidate_pairs(firsts, threshold):
             a, b = _shares(prints[s1], prints[s2])
-            if min(a, b) >= threshold:
-                pairs.append(Pair(assignment, s1, s2, a, b))
+            if min(a, b) < threshold:
+                continue
+            g1, g2 = group_of[s1], group_of[s2]  # the same code: the same shares, member by member
+            if len(g1) * len(g2) > COMMON_MIN:
+                g1, g2 = [s1], [s2]
+            pairs += [Pair(assignment, x, y, a, b) for x in g1 for y in g2]
     pairs.sort(key=lambda p: (-min(p.share, p.other_share or p.share), p.assignment, p.student))
     return pairs
 
