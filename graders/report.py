@@ -17,6 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from . import report_html, similarity
 from .submissions import one_line
@@ -77,31 +78,58 @@ def _figures(results, assignments, pass_rates, per_exercise) -> dict[str, Figure
     ax.legend(fontsize=8)
     figs["scores"] = fig
 
-    fig = Figure(figsize=(7, 0.35 * max(4, len(pass_rates)) + 1), layout="constrained")
-    ax = fig.subplots()
-    labels = [f"{a} / {gid}" for a, gid in pass_rates]
-    values = [100 * ok / n for ok, n in pass_rates.values()]
-    ax.barh(labels[::-1], values[::-1], color="tab:green")
-    ax.set(xlim=(0, 100), xlabel="% of submissions with full marks", title="Pass rate per exercise")
+    colours = {a: f"C{i % 10}" for i, a in enumerate(assignments)}
+    rows = [((a, gid), 100 * ok / n if n else 0.0) for (a, gid), (ok, n) in pass_rates.items()]
+    fig = _bars(
+        [gid for (_, gid), _ in rows],
+        [v for _, v in rows],
+        [colours.get(a, "C0") for (a, _), _ in rows],
+        colours,
+        xlabel="% of submissions with full marks",
+        title="Pass rate per exercise",
+        empty="no graded cell",
+    )
+    fig.axes[0].set_xlim(0, 100)
     figs["pass"] = fig
 
     bars = [
-        (f"{a} / {gid}: {slug}", len({r["student"] for r in who}))
+        (a, f"{slug}\n{gid}", len({r["student"] for r in who}))
         for (a, gid), found in sorted(per_exercise.items())
-        for slug, who in sorted(found.items())
+        for slug, who in sorted(found.items(), key=lambda kv: -len(kv[1]))
     ]
-    fig = Figure(figsize=(7, 0.35 * max(4, len(bars)) + 1), layout="constrained")
-    ax = fig.subplots()
-    if bars:
-        names, counts = zip(*bars, strict=True)
-        ax.barh(list(names)[::-1], list(counts)[::-1], color="tab:purple")
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    else:
-        ax.text(0.5, 0.5, "no named misconception was seen", ha="center", va="center")
-        ax.set(xticks=[], yticks=[])
-    ax.set(xlabel="students", title="Misconceptions per exercise")
+    fig = _bars(
+        [label for _, label, _ in bars],
+        [count for _, _, count in bars],
+        [colours.get(a, "C0") for a, _, _ in bars],
+        colours,
+        xlabel="students",
+        title="Misconceptions per exercise",
+        empty="no named misconception was seen",
+        per_bar=0.6,
+    )
+    fig.axes[0].xaxis.get_major_locator().set_params(integer=True)
     figs["miscs"] = fig
     return figs
+
+
+def _bars(labels, values, colours, legend, *, xlabel, title, empty, per_bar=0.32) -> Figure:
+    """Horizontal bars, top to bottom in the order given, coloured by assignment (the legend).
+    Bars are placed by position, so two assignments' cells of one name stay two bars."""
+    fig = Figure(figsize=(6.5, per_bar * max(3, len(labels)) + 1.2), layout="constrained")
+    ax = fig.subplots()
+    if not labels:
+        ax.text(0.5, 0.5, empty, ha="center", va="center")
+        ax.set(xticks=[], yticks=[], title=title)
+        return fig
+    ys = list(range(len(labels)))[::-1]
+    ax.barh(ys, values, color=colours)
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.set(xlabel=xlabel, title=title, ylim=(-0.6, len(labels) - 0.4))
+    used = [a for a in legend if legend[a] in set(colours)]
+    if len(used) > 1:
+        handles = [Patch(color=legend[a], label=a) for a in used]
+        fig.legend(handles=handles, fontsize=8, loc="outside upper center", ncols=len(used))
+    return fig
 
 
 _PNG_NAMES = {

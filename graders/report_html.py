@@ -209,7 +209,8 @@ def _summary(results, stats: list[AssignmentStats], names, figures) -> str:
         for s in stats
     )
     status_line = ", ".join(
-        f"{_badge(k) if k != 'graded' else 'graded'} {v}" for k, v in sorted(statuses.items())
+        f'<span class="nowrap">{_badge(k) if k != "graded" else "graded"} {v}</span>'
+        for k, v in sorted(statuses.items())
     )
     return (
         '<section id="summary"><h2>Summary</h2>'
@@ -251,7 +252,7 @@ def _scores(results, assignments, names) -> str:
         also = f'<small class="id">{_e(sid)}</small>' if shown != sid else ""
         rows.append(
             f'<tr data-student="{_e(sid)}"><th scope="row" data-sort="{_e(shown.casefold())}">'
-            f'<span class="who">{_e(shown)}</span>{also}</th>'
+            f'<span class="who" title="{_e(shown)}">{_e(shown)}</span>{also}</th>'
             + "".join(_score_cell(r) for r in mine)
             + f'<td class="num total" data-sort="{total:.6f}">{_fmt(total)} / {_fmt(top)}</td>'
             "</tr>"
@@ -301,20 +302,27 @@ def _exercises(results, pass_rates, catalogue, names, figures) -> str:
                 f"</summary>{explain}<p>Students: {students}</p></details></li>"
             )
         miscs = f'<ul class="miscs">{"".join(items)}</ul>' if items else ""
+        if a != (blocks[-1][0] if blocks else None):
+            blocks.append((a, f'<h3 class="ex-assignment">{_e(a)}</h3>'))
         blocks.append(
-            f'<div class="exercise" data-assignment="{_e(a)}" data-cell="{_e(gid)}">'
-            f"<h3><span>{_e(a)}</span> / <code>{_e(gid)}</code></h3>"
-            f'<p><span class="bar"><span style="width:{pct:.1f}%"></span></span> '
-            f'<span class="rate">{ok}/{n} full marks ({pct:.0f}%)</span></p>{miscs}</div>'
+            (
+                a,
+                f'<div class="exercise" data-assignment="{_e(a)}" data-cell="{_e(gid)}">'
+                f'<div class="ex-head"><code class="ex-name">{_e(gid)}</code>'
+                f'<span class="bar" title="{pct:.0f}%"><span style="width:{pct:.1f}%"></span>'
+                f'</span><span class="rate">{ok}/{n} full marks ({pct:.0f}%)</span></div>'
+                f"{miscs}</div>",
+            )
         )
     return (
         '<section id="exercises"><h2>Exercises</h2>'
         '<p class="hint">Pass rate: the share of submissions with the cell\'s full marks. A '
         "misconception is named when a check's replay of that mistake gives the student's "
-        "output.</p>"
+        "output; open one for the checks' explanation and the students.</p>"
+        '<div class="figs">'
         f"{_figure(figures.get('pass'), 'Pass rate per exercise')}"
-        f"{_figure(figures.get('miscs'), 'Misconceptions per exercise')}"
-        f"{''.join(blocks)}</section>"
+        f"{_figure(figures.get('miscs'), 'Misconceptions per exercise')}</div>"
+        f"{''.join(b for _, b in blocks)}</section>"
     )
 
 
@@ -367,10 +375,11 @@ def _review(results, pairs, names, similarity_note: str | None) -> str:
     elif rows:
         similar = (
             '<div class="scroll"><table id="pairs"><thead><tr><th>assignment</th>'
-            "<th>student</th><th>similar to</th><th>share of theirs in the other</th>"
-            f"<th>and back</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
-            '<p class="hint">A pair is a question, not a verdict: short exercises leave little '
-            "room to differ. Every pair is in similarity.csv.</p>"
+            "<th>student</th><th>similar to</th><th>of the student's answer</th>"
+            f"<th>of the other's</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+            '<p class="hint">The shares: how much of one answer\'s code (as tokens) is found in '
+            "the other. A pair is a question, not a verdict: short exercises leave little room "
+            "to differ. Every pair is in similarity.csv.</p>"
         )
     else:
         similar = "<p>No similar answers.</p>"
@@ -449,7 +458,7 @@ a{color:var(--accent)}
 code{font:.88em/1.3 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:var(--soft);
 padding:0 .2em;border-radius:3px}
 .hint{color:var(--muted);font-size:.9rem}
-.cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(8rem,1fr));gap:.6rem}
+.cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(6rem,1fr));gap:.6rem}
 .card{border:1px solid var(--line);border-radius:8px;padding:.5rem .8rem;background:var(--soft)}
 .card b{display:block;font-size:1.6rem;line-height:1.2}
 .card span{color:var(--muted)}
@@ -490,18 +499,27 @@ vertical-align:-2px}
 .legend .badge{margin-left:0}
 figure{margin:1rem 0;text-align:center}
 figure img{max-width:100%;height:auto}
-.exercise{border:1px solid var(--line);border-radius:8px;padding:.2rem .8rem .4rem;margin:.7rem 0}
-.exercise h3{margin:.5rem 0 .2rem}
-.exercise h3 span{color:var(--muted);font-weight:400}
-.bar{display:inline-block;width:10rem;max-width:45%;height:.7rem;background:var(--zero);
-border-radius:4px;overflow:hidden;vertical-align:middle}
+.figs{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,26rem),1fr));gap:0 1rem;
+align-items:start}
+.ex-assignment{margin-top:1.4rem}
+.exercise{border-bottom:1px solid var(--line);padding:.3rem 0}
+.ex-head{display:grid;grid-template-columns:minmax(0,1fr) 9rem 11rem;gap:.3rem .8rem;
+align-items:center}
+.ex-name{overflow-wrap:anywhere;justify-self:start}
+.rate{font-variant-numeric:tabular-nums;color:var(--muted);font-size:.9rem}
+.bar{display:block;height:.7rem;background:var(--zero);border-radius:4px;overflow:hidden}
 .bar span{display:block;height:100%;background:#2da44e}
-.miscs{padding-left:1.1rem;margin:.2rem 0 .5rem}
+.miscs{list-style:none;padding-left:.2rem;margin:.3rem 0 .2rem}
+.miscs p{margin:.3rem 0}
+.nowrap,.miscs code{white-space:nowrap}
+#assignments thead th{white-space:normal}
 .miscs summary{cursor:pointer}
 .detail{color:var(--muted);font-size:.88rem}
 .problems li,.flags li{margin:.35rem 0}
 @media (max-width:640px){body{font-size:14px}main{padding:0 .6rem 2rem}
-th,td{padding:.35rem .45rem}.who,small.id{max-width:9rem}}
+th,td{padding:.35rem .45rem}.who,small.id{max-width:9rem}
+.card{padding:.4rem .6rem}.card b{font-size:1.3rem}
+.ex-head{grid-template-columns:minmax(0,1fr) auto}.ex-name{grid-column:1/-1}}
 """
 
 # Sorting by a column header: a few lines, so the page still reads as a plain table without JS.
