@@ -445,7 +445,8 @@ CSS = """
 html{-webkit-text-size-adjust:100%}
 body{margin:0;color:var(--fg);background:#fff;
 font:15px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"Noto Sans",sans-serif}
-header{background:var(--soft);border-bottom:1px solid var(--line);padding:.6rem 1rem}
+header{background:var(--soft);border-bottom:1px solid var(--line);
+padding:.6rem max(1rem,calc((100% - 70rem) / 2))}
 header h1{margin:0 0 .2rem;font-size:1.35rem}
 nav{display:flex;flex-wrap:wrap;gap:.2rem 1rem}
 nav a{color:var(--accent);text-decoration:none}
@@ -516,7 +517,7 @@ align-items:center}
 .miscs summary{cursor:pointer}
 .detail{color:var(--muted);font-size:.88rem}
 .problems li,.flags li{margin:.35rem 0}
-@media (max-width:640px){body{font-size:14px}main{padding:0 .6rem 2rem}
+@media (max-width:640px){body{font-size:14px}main{padding:0 .6rem 2rem}header{padding:.5rem .6rem}
 th,td{padding:.35rem .45rem}.who,small.id{max-width:9rem}
 .card{padding:.4rem .6rem}.card b{font-size:1.3rem}
 .ex-head{grid-template-columns:minmax(0,1fr) auto}.ex-name{grid-column:1/-1}}

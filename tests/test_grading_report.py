@@ -439,5 +439,14 @@ def test_the_report_in_a_browser_at_laptop_and_phone_sizes(real_class, tmp_path)
         try:
             _look(browser, out, results, "laptop", (1280, 800), shots)
             _look(browser, out, results, "phone", (390, 844), shots)
+            # without JavaScript: the same table, plain (no sort buttons)
+            context = browser.new_context(java_script_enabled=False)
+            page = context.new_page()
+            page.goto((out / "report.html").as_uri())
+            assert page.locator("button.sort").count() == 0
+            rows = page.locator("#scores-table tbody tr")
+            assert rows.count() == len(_grades_csv(out))
+            assert rows.first.locator("td.score a").count() >= 1
+            context.close()
         finally:
             browser.close()
