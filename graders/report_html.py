@@ -316,7 +316,8 @@ def _exercises(results, pass_rates, catalogue, names, figures) -> str:
         )
     return (
         '<section id="exercises"><h2>Exercises</h2>'
-        '<p class="hint">Pass rate: the share of submissions with the cell\'s full marks. A '
+        '<p class="hint">Pass rate: the share of the graded submissions with the cell\'s full '
+        "marks (a file that is not a notebook has no cells to count). A "
         "misconception is named when a check's replay of that mistake gives the student's "
         "output; open one for the checks' explanation and the students.</p>"
         '<div class="figs">'
