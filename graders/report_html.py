@@ -472,8 +472,10 @@ vertical-align:top;white-space:nowrap;overflow-wrap:normal}
 thead th{background:var(--soft);position:sticky;top:0}
 tbody tr:last-child>*{border-bottom:0}
 .num{text-align:right;font-variant-numeric:tabular-nums}
-#scores-table tbody th{position:sticky;left:0;background:#fff;z-index:1;font-weight:600}
-#scores-table thead th:first-child{position:sticky;left:0;z-index:2}
+#scores-table tbody th,#assignments tbody th{position:sticky;left:0;background:#fff;z-index:1;
+font-weight:600}
+#scores-table thead th:first-child,#assignments thead th:first-child{position:sticky;left:0;
+z-index:2}
 #scores-table td.score{text-align:right;font-variant-numeric:tabular-nums}
 td.full{background:var(--full)}td.part{background:var(--part)}td.zero{background:var(--zero)}
 td.none{color:var(--muted);text-align:center}
