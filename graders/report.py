@@ -1,21 +1,25 @@
 """The class report: score distribution, pass rate per exercise, misconceptions, problems,
 and the answers similar enough to review; and, for every submission whatever became of it, a
 feedback page and a results file.
+
+report.md is the plain-text summary (what the command prints) with the PNG figures;
+report.html is the instructor's page, self-contained (graders/report_html.py), with the checks'
+words for each misconception (graders/misconceptions.py).
 """
 
 from __future__ import annotations
 
-import base64
 import csv
 import html
+import io
 import json
-import statistics
 from collections import defaultdict
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
-from . import similarity
+from . import report_html, similarity
 from .submissions import one_line
 
 REPORT_PAIRS = 40  # similar pairs listed in report.md / report.html; all are in similarity.csv
@@ -52,12 +56,11 @@ def _pass_rates(results: list[dict]) -> dict[tuple[str, str], tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in sorted(rates.items())}
 
 
-def _save(fig: Figure, path: Path) -> None:
-    fig.savefig(path, format="png", dpi=110)
-
-
-def _plots(results, out: Path, assignments, pass_rates, misconceptions) -> list[Path]:
-    paths = []
+def _figures(results, assignments, pass_rates, per_exercise) -> dict[str, Figure]:
+    """The report's pictures: score distribution, pass rate and misconceptions per exercise.
+    per_exercise: {(assignment, cell): {slug: [results]}} (report_html.exercise_misconceptions).
+    """
+    figs = {}
     fig = Figure(figsize=(7, 3.5), layout="constrained")
     ax = fig.subplots()
     data = [
@@ -70,45 +73,97 @@ def _plots(results, out: Path, assignments, pass_rates, misconceptions) -> list[
     ]
     ax.hist(data, bins=[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.001], label=assignments)
     ax.set(xlabel="score (% of the assignment's points)", ylabel="submissions")
+    ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_title("Score distribution")
     ax.legend(fontsize=8)
-    paths.append(out / "score_distribution.png")
-    _save(fig, paths[-1])
+    figs["scores"] = fig
 
-    fig = Figure(figsize=(7, 0.35 * max(4, len(pass_rates)) + 1), layout="constrained")
-    ax = fig.subplots()
-    labels = [f"{a} / {gid}" for a, gid in pass_rates]
-    values = [100 * ok / n for ok, n in pass_rates.values()]
-    ax.barh(labels[::-1], values[::-1], color="tab:green")
-    ax.set(xlim=(0, 100), xlabel="% of submissions with full marks", title="Pass rate per exercise")
-    paths.append(out / "exercise_pass_rates.png")
-    _save(fig, paths[-1])
+    colours = {a: f"C{i % 10}" for i, a in enumerate(assignments)}
+    rows = [((a, gid), 100 * ok / n if n else 0.0) for (a, gid), (ok, n) in pass_rates.items()]
+    fig = _bars(
+        [gid for (_, gid), _ in rows],
+        [v for _, v in rows],
+        [colours.get(a, "C0") for (a, _), _ in rows],
+        colours,
+        xlabel="% of submissions with full marks",
+        title="Pass rate per exercise",
+        empty="no graded cell",
+    )
+    fig.axes[0].set_xlim(0, 100)
+    figs["pass"] = fig
 
-    fig = Figure(figsize=(7, 0.35 * max(4, len(misconceptions)) + 1), layout="constrained")
+    bars = [
+        (a, f"{slug}\n{gid}", len({r["student"] for r in who}))
+        for (a, gid), found in sorted(per_exercise.items())
+        for slug, who in sorted(found.items(), key=lambda kv: -len(kv[1]))
+    ]
+    fig = _bars(
+        [label for _, label, _ in bars],
+        [count for _, _, count in bars],
+        [colours.get(a, "C0") for a, _, _ in bars],
+        colours,
+        xlabel="students",
+        title="Misconceptions per exercise",
+        empty="no named misconception was seen",
+        per_bar=0.6,
+    )
+    fig.axes[0].xaxis.get_major_locator().set_params(integer=True)
+    figs["miscs"] = fig
+    return figs
+
+
+def _bars(labels, values, colours, legend, *, xlabel, title, empty, per_bar=0.32) -> Figure:
+    """Horizontal bars, top to bottom in the order given, coloured by assignment (the legend).
+    Bars are placed by position, so two assignments' cells of one name stay two bars."""
+    fig = Figure(figsize=(6.5, per_bar * max(3, len(labels)) + 1.2), layout="constrained")
     ax = fig.subplots()
-    if misconceptions:
-        names, counts = zip(*misconceptions.most_common(), strict=True)
-        ax.barh(list(names)[::-1], list(counts)[::-1], color="tab:purple")
-    else:
-        ax.text(0.5, 0.5, "no named misconception was seen", ha="center", va="center")
-    ax.set(xlabel="failed test cells that named it", title="Misconceptions seen")
-    paths.append(out / "misconceptions.png")
-    _save(fig, paths[-1])
+    if not labels:
+        ax.text(0.5, 0.5, empty, ha="center", va="center")
+        ax.set(xticks=[], yticks=[], title=title)
+        return fig
+    ys = list(range(len(labels)))[::-1]
+    ax.barh(ys, values, color=colours)
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.set(xlabel=xlabel, title=title, ylim=(-0.6, len(labels) - 0.4))
+    used = [a for a in legend if legend[a] in set(colours)]
+    if len(used) > 1:
+        handles = [Patch(color=legend[a], label=a) for a in used]
+        fig.legend(handles=handles, fontsize=8, loc="outside upper center", ncols=len(used))
+    return fig
+
+
+_PNG_NAMES = {
+    "scores": "score_distribution.png",
+    "pass": "exercise_pass_rates.png",
+    "miscs": "misconceptions.png",
+}
+
+
+def _save_png(figs: dict[str, Figure], out: Path) -> list[Path]:
+    paths = []
+    for key, fig in figs.items():
+        paths.append(out / _PNG_NAMES[key])
+        fig.savefig(paths[-1], format="png", dpi=110)
     return paths
+
+
+def _svg(fig: Figure) -> bytes:
+    """The figure as SVG with its text as text (small, selectable) and no date (reproducible)."""
+    import matplotlib
+
+    buf = io.BytesIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "course-report"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    return buf.getvalue()
 
 
 def summary_lines(results, problems, assignments, pass_rates, misconceptions) -> list[str]:
     """The plain-text summary printed at the end of a grading run."""
     lines = [f"Graded {len(results)} notebooks of {len({r['student'] for r in results})} students."]
-    for a in assignments:
-        rows = [r for r in results if r["assignment"] == a]
-        if not rows:
-            continue
-        scores = [r["score"] for r in rows]
-        top = rows[0]["max_score"]
+    for s in report_html.assignment_stats(results, assignments):
         lines.append(
-            f"  {a}: mean {statistics.mean(scores):.2f} / {top:g}, median "
-            f"{statistics.median(scores):g}, full marks {sum(s >= top for s in scores)}/{len(rows)}"
+            f"  {s.assignment}: mean {s.mean:.2f} / {s.max_score:g}, median {s.median:g}, "
+            f"full marks {s.full_marks}/{s.submissions}"
         )
     lines.append("Pass rate per exercise:")
     for (a, gid), (ok, n) in pass_rates.items():
@@ -154,6 +209,17 @@ def fallback_feedback(result: dict) -> str:
             else ""
         )
     )
+
+
+def _catalogue():
+    """What the checks say about each misconception slug (graders.misconceptions), or None
+    when the check modules cannot be read here: the report then shows the slugs alone."""
+    from . import misconceptions
+
+    try:
+        return misconceptions.catalogue()
+    except Exception:  # noqa: BLE001 (the report never fails for want of explanations)
+        return None
 
 
 def finalize(results: list[dict], out: Path) -> None:
@@ -221,7 +287,9 @@ def write_outputs(
     write_csvs(results, out, assignments)
     pass_rates = _pass_rates(results)
     misconceptions = misconception_counts(results)
-    pngs = _plots(results, out, assignments, pass_rates, misconceptions)
+    per_exercise = report_html.exercise_misconceptions(results)
+    figs = _figures(results, assignments, pass_rates, per_exercise)
+    pngs = _save_png(figs, out)
     lines = summary_lines(results, problems, assignments, pass_rates, misconceptions)
     pairs = similarity.similar_pairs(results, similarity_threshold)
     write_similarity_csv(pairs, out)
@@ -229,34 +297,15 @@ def write_outputs(
     md = ["# Grading report", "", "```", *lines, "```", ""]
     md += [f"![{p.stem}]({p.name})" for p in pngs]
     (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
-    imgs = "".join(
-        f'<p><img alt="{p.stem}" src="data:image/png;base64,'
-        f'{base64.b64encode(p.read_bytes()).decode()}"></p>'
-        for p in pngs
-    )
-    rows = "".join(
-        "<tr>"
-        + "".join(
-            f"<td>{html.escape(str(x))}</td>"
-            for x in (
-                r["student"],
-                r["assignment"],
-                f"{r['score']:g} / {r['max_score']:g}",
-                r["status"],
-                r.get("feedback", ""),
-                "; ".join(r["problems"]),
-            )
-        )
-        + "</tr>"
-        for r in results
-    )
-    page = (
-        "<!doctype html><meta charset='utf-8'><title>Grading report</title>"
-        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
-        "td,th{border:1px solid #ccc;padding:2px 6px}table{border-collapse:collapse}</style>"
-        f"<h1>Grading report</h1><pre>{html.escape(chr(10).join(lines))}</pre>{imgs}"
-        "<h2>Submissions</h2><table><tr><th>student</th><th>assignment</th><th>score</th>"
-        f"<th>status</th><th>feedback</th><th>problems</th></tr>{rows}</table>"
+    page = report_html.render(
+        results,
+        problems,
+        assignments,
+        pass_rates,
+        pairs[:REPORT_PAIRS],
+        catalogue=_catalogue() if per_exercise else None,
+        figures={k: _svg(f) for k, f in figs.items()},
+        similarity_note=similarity.available(),
     )
     (out / "report.html").write_text(page, encoding="utf-8")
     print("\n".join(lines))

@@ -1,0 +1,148 @@
+"""What each misconception slug means: its title and explanation, for the class report.
+
+A check names a misconception with a `[misconception: <slug>]` tag in its failure message; the
+results keep only the slug. The words behind a slug live in the check modules
+(course_utils/checks/*.py): every `Mistake(slug, title, explanation, fn)` and every wrong
+`Option(key, text, slug, why)` of a concept question. This module collects them once, in the
+grader's own process, by importing the check modules and walking their module-level values
+(lists, tuples, dicts and dataclass fields of them): nothing runs in a student's kernel.
+
+A few tags are written inline in a check's message (the hinted answers of a quick check:
+"that adds the chunks' averages [misconception: normalize-then-add]"); for those the words
+before the tag, read from the module's source without running it, are the title.
+
+One slug can come back in several notebooks, sometimes with words fitted to each; `Catalogue.find`
+prefers the words of the check modules that the assignment's notebook imports.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import pkgutil
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from . import pipeline
+
+CHECKS = "course_utils.checks"
+_TAG = re.compile(r"\[misconception: ([A-Za-z0-9_-]+)\]")
+_IMPORTED = re.compile(r"course_utils\.checks\.([A-Za-z_]\w*)")
+
+
+@dataclass(frozen=True)
+class Known:
+    slug: str
+    title: str
+    explanation: str
+    module: str  # the check module it was found in: "merge", "_core", ...
+
+
+class Catalogue:
+    """slug -> what the checks say about it, from every module that defines it."""
+
+    def __init__(self, entries: list[Known]):
+        self.by_slug: dict[str, list[Known]] = {}
+        for k in entries:
+            same = self.by_slug.setdefault(k.slug, [])
+            if all((o.title, o.explanation) != (k.title, k.explanation) for o in same):
+                same.append(k)
+
+    def __contains__(self, slug: str) -> bool:
+        return slug in self.by_slug
+
+    def __len__(self) -> int:
+        return len(self.by_slug)
+
+    def find(self, slug: str, assignment: str | None = None) -> Known | None:
+        """The words for `slug`, those of the assignment's own check modules first; None for a
+        slug no check module explains."""
+        found = self.by_slug.get(slug)
+        if not found:
+            return None
+        mine = modules_of(assignment) if assignment else ()
+        ranked = sorted(found, key=lambda k: (k.module not in mine, not k.explanation))
+        return ranked[0]
+
+
+def check_modules(root: Path = pipeline.REPO) -> list[str]:
+    """The names of the check modules (course_utils/checks/*.py, _core included)."""
+    folder = root / "course_utils" / "checks"
+    return sorted(m.name for m in pkgutil.iter_modules([str(folder)]) if m.name != "_remote")
+
+
+@cache
+def modules_of(assignment: str, root: Path = pipeline.REPO) -> tuple[str, ...]:
+    """The check modules the assignment's student notebook imports (its graded cells do)."""
+    path = root / "notebooks" / assignment / f"{assignment}.ipynb"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return ()
+    return tuple(sorted(set(_IMPORTED.findall(text))))
+
+
+def _walk(value, module: str, found: list[Known], seen: set[int], depth: int = 0) -> None:
+    """Every Mistake and Option reachable from `value` through containers and dataclasses."""
+    from course_utils.checks._core import Mistake, Option
+
+    if depth > 6 or id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, Mistake):
+        found.append(Known(value.slug, value.title, value.explanation, module))
+    elif isinstance(value, Option):
+        if value.slug:
+            found.append(Known(value.slug, value.text, value.why or "", module))
+    elif isinstance(value, dict):
+        for v in value.values():
+            _walk(v, module, found, seen, depth + 1)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for v in value:
+            _walk(v, module, found, seen, depth + 1)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _walk(getattr(value, f.name, None), module, found, seen, depth + 1)
+
+
+def from_objects(module_name: str) -> list[Known]:
+    """The Mistakes and Options among the module-level values of one check module."""
+    module = importlib.import_module(f"{CHECKS}.{module_name}")
+    found: list[Known] = []
+    seen: set[int] = set()
+    for name, value in vars(module).items():
+        if not name.startswith("__"):
+            _walk(value, module_name, found, seen)
+    return found
+
+
+def from_source(module_name: str, root: Path = pipeline.REPO) -> list[Known]:
+    """The tags written inline in a module's string constants: the words before the tag are the
+    title ("that adds the chunks' averages [misconception: normalize-then-add]")."""
+    path = root / "course_utils" / "checks" / f"{module_name}.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for m in _TAG.finditer(node.value):
+                title = node.value[: m.start()].strip().strip(":;,.").strip()
+                if title:
+                    found.append(Known(m.group(1), title, "", module_name))
+    return found
+
+
+@cache
+def catalogue(root: Path = pipeline.REPO) -> Catalogue:
+    """Every slug the check modules explain. A module that cannot be imported here (a missing
+    optional dependency) gives what its source says."""
+    entries: list[Known] = []
+    for name in check_modules(root):
+        try:
+            entries += from_objects(name)
+        except Exception:  # noqa: BLE001 (an import error of one module must not stop the report)
+            pass
+        entries += from_source(name, root)
+    return Catalogue(entries)

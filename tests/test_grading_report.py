@@ -1,0 +1,471 @@
+"""The class report (report.html), the instructor's view of a graded class.
+
+Plain tests on results made here (fast): the page's content, the misconception words taken from
+the checks, problems grouped by cause, and escaping (a student named `<script>` injects nothing).
+Then a small real class graded with `python -m graders grade` (4 students, two short notebooks,
+a non-ASCII name, a name that is markup, an invalid notebook, a patched numpy, similar answers),
+its report read as text and opened in Chromium at a laptop and a phone viewport: no console
+error, no horizontal page scroll on the phone, a header click sorts the table, every link
+resolves to a file, the summary numbers are those of grades.csv. Screenshots go to the folder the
+test prints (under pytest's tmp_path).
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from graders import bank, misconceptions, pipeline, report_html
+from graders.report import write_outputs
+
+A1, A2 = "01_online_softmax", "02_merge_partials"
+EVIL = "<script>alert('x')</script>"
+
+
+class Page(HTMLParser):
+    """The tags, attributes and text of a page, as a browser's parser would see them."""
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+    def all_text(self) -> str:
+        return " ".join(self.text)
+
+
+def _result(student, assignment, score, max_score, cells, status="graded", problems=(), **kw):
+    return {
+        "student": student,
+        "assignment": assignment,
+        "source": f"/nowhere/{student}/{assignment}.ipynb",
+        "sha256": "0",
+        "status": status,
+        "score": score,
+        "max_score": max_score,
+        "cells": cells,
+        "problems": list(problems),
+        "seconds": 1.0,
+        **kw,
+    }
+
+
+def _cell(score, max_score, misconception=None, error=""):
+    return {"score": score, "max_score": max_score, "misconception": misconception, "error": error}
+
+
+@pytest.fixture(scope="module")
+def made_up(tmp_path_factory):
+    """A class of results written straight to write_outputs (no grading): every case the page
+    must show, and student-controlled strings that are markup."""
+    out = tmp_path_factory.mktemp("made-up")
+    results = [
+        _result("ok", A1, 4, 4, {"t1": _cell(2, 2), "t2": _cell(2, 2)}),
+        _result(
+            "José",
+            A1,
+            2,
+            4,
+            {"t1": _cell(0, 2, "no-rescale", "CheckFailure: ✗ l is wrong"), "t2": _cell(2, 2)},
+            problems=["cell t2: the kernel died here; later cells scored 0"],
+            name="José",
+        ),
+        _result(
+            "evil-1a2b3c4d",
+            A1,
+            0,
+            4,
+            {},
+            status="invalid-notebook",
+            problems=[
+                "not a notebook Jupyter can open: the file is not JSON (Expecting value: line 1 "
+                "column 1 (char 0))"
+            ],
+            name=EVIL,
+        ),
+        _result(
+            "evil-1a2b3c4d",
+            A2,
+            3,
+            3,
+            {"m1": _cell(3, 3)},
+            status="needs-review",
+            problems=[
+                "possible tampering (patches course or library code), to review: cell #3: "
+                "np.allclose = lambda *a: '<img src=x onerror=alert(1)>'"
+            ],
+            name=EVIL,
+        ),
+        _result(
+            "Zoë",
+            A2,
+            0,
+            3,
+            {"m1": _cell(0, 3, "made-up-slug", "ValueError: <b>bold</b> & more")},
+            problems=[
+                "cell m1: ran past the time limit and ignored the interrupt; the kernel was "
+                "stopped, later cells scored 0"
+            ],
+        ),
+    ]
+    lines = write_outputs(results, ["a class-level problem <i>x</i>"], out, [A1, A2], {})
+    return out, results, lines
+
+
+def test_the_page_holds_summary_scores_exercises_problems_and_review(made_up):
+    out, results, lines = made_up
+    page = (out / "report.html").read_text(encoding="utf-8")
+    doc = Page(page)
+    text = doc.all_text()
+    # self-contained: no resource from anywhere else
+    for tag, attrs in doc.tags:
+        for name in ("src", "href"):
+            value = attrs.get(name) or ""
+            assert not value.startswith(("http:", "https:", "//")), (tag, attrs)
+        if tag == "link":
+            raise AssertionError(f"an external stylesheet or resource: {attrs}")
+    # summary: 4 students, 5 submissions, 01: mean 2, median 2, 1 full marks; 02: 1.5, 1.5, 1
+    assert 'id="n-students"><b>4</b>' in page and 'id="n-submissions"><b>5</b>' in page
+    assert 'data-assignment="01_online_softmax"' in page
+    row1 = page.split('<tr data-assignment="01_online_softmax">')[1].split("</tr>")[0]
+    assert 'data-k="mean">2.00<' in row1 and 'data-k="median">2<' in row1
+    assert 'data-k="full">1<' in row1 and 'data-k="submissions">3<' in row1
+    row2 = page.split('<tr data-assignment="02_merge_partials">')[1].split("</tr>")[0]
+    assert 'data-k="mean">1.50<' in row2 and 'data-k="full">1<' in row2
+    # scores: a link per submission to its feedback page, badges, totals, a dash where none
+    for r in results:
+        assert f'href="{report_html.href(r["feedback"])}"' in page, r["feedback"]
+    assert page.count('class="badge b-invalid-notebook"') >= 1
+    assert page.count('class="badge b-needs-review"') >= 1
+    assert 'class="badge b-timeout"' in page  # the cell that ran past the time limit
+    zoe = page.split('<tr data-student="Zoë">')[1].split("</tr>")[0]
+    assert 'class="score none"' in zoe and "0 / 3" in zoe  # no 01 submission; total 0 of 3
+    evil = page.split('<tr data-student="evil-1a2b3c4d">')[1].split("</tr>")[0]
+    assert 'class="num total" data-sort="3.000000">3 / 7</td>' in evil  # 0 of 4, 3 of 3
+    # exercises: the pass rate, the checks' words for a known slug, the slug alone otherwise
+    known = misconceptions.catalogue().find("no-rescale", A1)
+    assert known is not None and known.title in text and known.explanation in text
+    assert "made-up-slug" in text and "no explanation in the checks" in text
+    assert "1/2 full marks (50%)" in text  # 01 / t1: ok passed, José did not
+    # problems grouped by cause, one line each, with the students
+    assert "the kernel died here; later cells scored 0" in text
+    assert "not a notebook Jupyter can open: the file is not JSON" in text
+    assert "a class-level problem <i>x</i>" in text
+    # needs review: the flagged line (as text) and a link to that feedback page
+    assert "np.allclose = lambda *a: '<img src=x onerror=alert(1)>'" in text
+    # the figures are inline SVG
+    svgs = [a["src"] for t, a in doc.tags if t == "img"]
+    assert len(svgs) == 3 and all(s.startswith("data:image/svg+xml;base64,") for s in svgs)
+    # report.md and the printed summary stay
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert "Pass rate per exercise" in md and lines[0] == "Graded 5 notebooks of 4 students."
+
+
+def test_student_strings_are_escaped(made_up):
+    out, _, _ = made_up
+    page = (out / "report.html").read_text(encoding="utf-8")
+    doc = Page(page)
+    scripts = [a for t, a in doc.tags if t == "script"]
+    assert len(scripts) == 1  # the page's own sorting code, nothing a student wrote
+    for raw in (EVIL, "<b>bold</b>", "<i>x</i>", "<img src=x onerror=alert(1)>"):
+        assert raw not in page  # never as markup
+    assert all(a["src"].startswith("data:image/svg+xml") for t, a in doc.tags if t == "img")
+    handlers = [(t, k) for t, a in doc.tags for k in a if k.startswith("on")]
+    assert handlers == []
+    text = doc.all_text()
+    assert EVIL in text  # shown, as text
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+
+
+def test_causes_group_what_students_share():
+    cause = report_html.cause_of
+    assert cause("cell t2: the kernel died here; later cells scored 0") == (
+        "the kernel died here; later cells scored 0",
+        "cell t2",
+    )
+    assert cause(
+        "not a notebook Jupyter can open: the file is not JSON (Expecting value: line 1 "
+        "column 1 (char 0))"
+    ) == (
+        "not a notebook Jupyter can open: the file is not JSON",
+        "Expecting value: line 1 column 1 (char 0)",
+    )
+    assert cause("older upload, not graded: a.ipynb (graded the newest upload, b.ipynb)")[0] == (
+        "older upload, not graded"
+    )
+    results = [
+        _result(s, A1, 0, 1, {}, problems=[f"cell t{i}: very long output, cut in the feedback"])
+        for i, s in enumerate(("a", "b"))
+    ]
+    (group,) = report_html.problem_groups(results)
+    assert group.cause == "very long output, cut in the feedback"
+    assert [(r["student"], d) for r, d in group.who] == [("a", "cell t0"), ("b", "cell t1")]
+
+
+def test_every_named_mistake_of_the_bank_has_the_checks_words():
+    """The slugs the bank's mistakes make the checks name are all explained, each by the check
+    module of its own notebook."""
+    cat = misconceptions.catalogue()
+    for assignment, mistakes in bank.NAMED_MISTAKES.items():
+        for _, slug, *_ in mistakes:
+            known = cat.find(slug, assignment)
+            assert known is not None, (assignment, slug)
+            assert known.title and known.explanation, (assignment, slug)
+            assert known.module in misconceptions.modules_of(assignment), (assignment, known)
+    assert cat.find("no-such-slug") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# A small real class, graded by the command line
+# ---------------------------------------------------------------------------------------------
+
+# The students (folder names as an LMS or JupyterHub gives them), and what each submits
+MARKUP = "<img src=x onerror=alert(1)>"  # a name that is markup, and a file system's valid name
+# (six notebooks, five of them graded: a short run; José and 张伟 skipped one notebook each)
+CLASS = {
+    "full": {A1: "full", A2: "full"},
+    "José": {A1: "mistake"},
+    "张伟": {A2: "mistake"},
+    MARKUP: {A1: "not-json", A2: "patched"},
+}
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _entries() -> list[bank.Entry]:
+    entries = []
+    for assignment in (A1, A2):
+        kinds = {e.name.split(":")[0]: e for e in bank.core(assignment)}
+        solved = kinds["full"].notebook
+        first = next(e for e in bank.exercises(assignment) if e.function)
+        patched = copy.deepcopy(solved)
+        bank._set_answer(
+            patched,
+            first.answer,
+            f"def {first.function}(*args, **kwargs):\n    raise ValueError('not done yet')\n\n\n"
+            "import numpy as np\n\nnp.allclose = lambda *a, **k: True\n",
+        )
+        kinds["patched"] = bank.Entry("patched", patched, set(first.tests), "needs-review")
+        kinds["not-json"] = bank.Entry("not-json", b"{ not a notebook", set(), "invalid-notebook")
+        for student, plan in CLASS.items():
+            if assignment not in plan:
+                continue
+            entry = copy.copy(kinds[plan[assignment]])
+            entry.assignment, entry.student = assignment, student
+            entries.append(entry)
+    return entries
+
+
+@pytest.fixture(scope="module")
+def real_class(tmp_path_factory):
+    """The class graded once per test run with `python -m graders grade` (no sandbox: it is not
+    what is tested here); under pytest-xdist the first worker that needs it grades it and the
+    others wait for it (a lock in the run's folder)."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this run's folder, the same for all its workers
+    folder = base / "report-class"
+    out = folder / "graded"
+    with open(base / "report-class.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "report.html").is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            bank.write(_entries(), folder)
+            cmd = [sys.executable, "-m", "graders", "grade", str(folder / "submitted")]
+            cmd += ["--out", str(out), "--jobs", "2", "--timeout", str(bank.TIMEOUT_FOR_BANK)]
+            cmd += ["--unsafe-no-sandbox"]
+            proc = subprocess.run(
+                cmd, cwd=pipeline.REPO, capture_output=True, text=True, timeout=1200
+            )
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    results = [
+        json.loads(p.read_text(encoding="utf-8")) for p in sorted(out.glob("results/*/*.json"))
+    ]
+    return out, results
+
+
+def _grades_csv(out: Path) -> list[dict]:
+    with open(out / "grades.csv", newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _expected_summary(out: Path, results: list[dict]) -> dict[str, dict[str, str]]:
+    """Per assignment, the summary row as grades.csv (and the assignment's points) give it."""
+    rows = _grades_csv(out)
+    points = {r["assignment"]: float(r["max_score"]) for r in results}
+    expected = {}
+    for a in (A1, A2):
+        scores = [float(r[a]) for r in rows if r[a] != ""]
+        expected[a] = {
+            "submissions": str(len(scores)),
+            "mean": f"{statistics.mean(scores):.2f}",
+            "median": f"{statistics.median(scores):g}",
+            "full": str(sum(s >= points[a] for s in scores)),
+            "max": f"{points[a]:g}",
+        }
+    return expected
+
+
+def test_the_real_class_report_shows_what_the_grader_found(real_class):
+    out, results = real_class
+    assert len(results) == 6
+    by = {(r.get("name") or r["student"], r["assignment"]): r for r in results}
+    assert by[(MARKUP, A1)]["status"] == "invalid-notebook"
+    assert by[(MARKUP, A2)]["status"] == "needs-review"
+    assert by[("José", A1)]["score"] < by[("full", A1)]["score"]
+    page = (out / "report.html").read_text(encoding="utf-8")
+    doc = Page(page)
+    text = doc.all_text()
+    assert [t for t, _ in doc.tags].count("script") == 1 and MARKUP not in page
+    assert MARKUP in text and "José" in text and "张伟" in text
+    zhang = page.split('<tr data-student="张伟">')[1].split("</tr>")[0]
+    assert zhang.count('class="score none"') == 1  # no 01 submitted: a dash, no link
+    for a, want in _expected_summary(out, results).items():
+        row = page.split(f'<tr data-assignment="{a}">')[1].split("</tr>")[0]
+        for k, v in want.items():
+            assert f'data-k="{k}">{v}<' in row, (a, k, v, row)
+    # the misconceptions the bank's mistakes make the checks name, with the checks' words
+    cat = misconceptions.catalogue()
+    for slug, a in (("no-rescale", A1), ("plain-average", A2)):
+        assert f'data-slug="{slug}"' in page
+        assert cat.find(slug, a).title in text
+    # every link to a feedback page names a file the grader wrote
+    links = [a["href"] for t, a in doc.tags if t == "a" and not a["href"].startswith("#")]
+    assert len(links) >= len(results)
+    for link in links:
+        assert (out / unquote(link)).is_file(), link
+    assert "full ~ reference: solutions" in (out / "report.md").read_text(encoding="utf-8")
+
+
+# ---- in a real browser ------------------------------------------------------------------------
+
+_ORDER = "() => Array.from(document.querySelectorAll('#scores-table tbody tr'))" + (
+    ".map(r => r.dataset.student)"
+)
+_SUMMARY = """() => Object.fromEntries(Array.from(
+    document.querySelectorAll('#assignments tbody tr')).map(r => [r.dataset.assignment,
+    Object.fromEntries(Array.from(r.querySelectorAll('td[data-k]'))
+        .map(td => [td.dataset.k, td.textContent.trim()]))]))"""
+_OVERFLOW = """() => ({page: document.documentElement.scrollWidth, view: window.innerWidth,
+    table: document.querySelector('#scores-table').scrollWidth,
+    box: document.querySelector('#scores-table').parentElement.clientWidth})"""
+
+
+def _look(browser, out: Path, results: list[dict], label: str, size, shots: Path) -> None:
+    """Open the report at one viewport and check it, as the test below says."""
+    totals = {r["student"]: float(r["total"]) for r in _grades_csv(out)}
+    phone = label == "phone"
+    context = browser.new_context(
+        viewport={"width": size[0], "height": size[1]},
+        device_scale_factor=2 if phone else 1,
+        is_mobile=phone,
+        has_touch=phone,
+    )
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto((out / "report.html").as_uri())
+    page.wait_for_load_state("load")
+    page.screenshot(path=shots / f"{label}.png", full_page=True)
+    page.screenshot(path=shots / f"{label}-top.png")
+    assert errors == [], errors
+    width = page.evaluate(_OVERFLOW)
+    assert width["page"] <= width["view"], width  # no horizontal page scroll
+    assert width["box"] <= width["view"], width  # the wide table scrolls in its own box
+    # the summary is grades.csv's
+    assert page.evaluate(_SUMMARY) == _expected_summary(out, results)
+    # a header click sorts the rows: by total, up, then down; then by name
+    before = page.evaluate(_ORDER)
+    assert sorted(before) == sorted(totals)
+    page.click("#scores-table thead th:last-child button")
+    up = page.evaluate(_ORDER)
+    assert [totals[s] for s in up] == sorted(totals.values()), up
+    page.click("#scores-table thead th:last-child button")
+    down = page.evaluate(_ORDER)
+    assert [totals[s] for s in down] == sorted(totals.values(), reverse=True), down
+    page.click("#scores-table thead th:first-child button")
+    names = page.evaluate(
+        "() => Array.from(document.querySelectorAll('#scores-table tbody th .who'))"
+        ".map(e => e.textContent)"
+    )
+    assert names == sorted(names, key=str.casefold), names
+    page.screenshot(path=shots / f"{label}-sorted.png")
+    # a score's link opens that student's feedback page, a file the grader wrote
+    link = page.locator("#scores-table td.score a").first
+    target = urlparse(link.evaluate("a => a.href"))
+    assert Path(unquote(target.path)).is_file(), target
+    link.click()
+    page.wait_for_load_state("load")
+    assert urlparse(page.url).path == target.path
+    assert errors == [], errors
+    context.close()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(
+    CHROMIUM is None or importlib.util.find_spec("playwright") is None,
+    reason="no Chromium or playwright here",
+)
+def test_the_report_in_a_browser_at_laptop_and_phone_sizes(real_class, tmp_path):
+    """No console error, no horizontal page scroll, the summary of grades.csv, sorting by a
+    header click, a score's link to its feedback page; at 1280 x 800 and 390 x 844."""
+    from playwright.sync_api import sync_playwright
+
+    out, results = real_class
+    shots = tmp_path / "report-screenshots"
+    shots.mkdir()
+    print(f"screenshots of the report: {shots}")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            _look(browser, out, results, "laptop", (1280, 800), shots)
+            _look(browser, out, results, "phone", (390, 844), shots)
+            # without JavaScript: the same table, plain (no sort buttons)
+            context = browser.new_context(java_script_enabled=False)
+            page = context.new_page()
+            page.goto((out / "report.html").as_uri())
+            assert page.locator("button.sort").count() == 0
+            rows = page.locator("#scores-table tbody tr")
+            assert rows.count() == len(_grades_csv(out))
+            assert rows.first.locator("td.score a").count() >= 1
+            context.close()
+        finally:
+            browser.close()
+
+
+def test_concept_questions_beliefs_have_their_words():
+    """Each wrong option of a concept question is a misconception the catalogue explains with
+    that option's own text, for the notebook that asks it."""
+    from course_utils.checks.concepts import NOTEBOOK, QUESTIONS
+
+    cat = misconceptions.catalogue()
+    for name, question in QUESTIONS.items():
+        for option in question.options:
+            if option.slug:
+                known = cat.find(option.slug, NOTEBOOK[name])
+                assert known is not None and known.title, (name, option.slug)
+                assert option.slug in cat
