@@ -8,9 +8,11 @@
 Builds a synthetic class from the bank of graders/bank.py (each student gets, for every notebook,
 one of: full solution, untouched release, partial answer, or a named mistake, in turn; every file
 written as Jupyter writes it), grades it with `python -m graders grade`, and prints the wall time
-for one student and for the class. --compare K grades one student's seven notebooks 2K times,
+for one student and for the class. --compare K grades one student's notebooks 2K times,
 with and without the sandbox in alternating order, so that both see the same machine; it prints
-each time, the medians and the sandbox's cost.
+each time, the medians and the sandbox's cost. Every class run ends with the scaling model
+(model_lines): seconds per notebook in its grading process, how busy the worker slots were, and
+the client's own CPU per notebook.
 """
 
 from __future__ import annotations
@@ -246,13 +248,15 @@ def main(argv=None) -> int:
     one = time.perf_counter() - t0
     make_class(work / "class", args.students)
     t0 = time.perf_counter()
-    grade(work / "class" / "submitted", work / "class-graded", jobs=args.jobs, **kw)
+    outcome = grade(work / "class" / "submitted", work / "class-graded", jobs=args.jobs, **kw)
     whole = time.perf_counter() - t0
     print(
         f"\n{platform.node()} · {os.cpu_count()} cores · {args.jobs} jobs · {notebooks} notebooks\n"
         f"one student: {one:.1f} s\n"
-        f"class of {args.students}: {whole:.1f} s ({whole / args.students:.1f} s per student)"
+        f"class of {args.students}: {whole:.1f} s ({whole / args.students:.1f} s per student); "
+        f"phases: {', '.join(f'{k} {v:.1f} s' for k, v in outcome.seconds.items())}"
     )
+    print("\n".join(model_lines([(work / "class-graded", whole, outcome.client_cpu)], args.jobs)))
     return 0
 
 
