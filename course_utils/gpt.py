@@ -347,6 +347,7 @@ def train(
     batch_size: int = 8,
     lr: float = 3e-3,
     seed: int = 0,
+    autocast: torch.dtype | None = None,
 ) -> list[float]:
     """Train with AdamW on random windows of data; the loss of every step.
 
@@ -356,6 +357,8 @@ def train(
     Args:
         model: a GPT.  data: (T,) int64 token ids.  steps: optimizer steps.
         batch_size: B.  lr: AdamW's learning rate.  seed: of the windows.
+        autocast: None (the weights' dtype throughout) or a dtype for torch.autocast on the
+            model's device, e.g. torch.bfloat16 on a GPU (weights and optimizer stay float32).
 
     Returns:
         [loss of step 0, ..., loss of step steps - 1] (floats).
@@ -368,7 +371,8 @@ def train(
     model.train()
     for _ in range(steps):
         x, y = get_batch(data, batch_size, model.config.context, gen)
-        _, loss = model(x.to(device), y.to(device))
+        with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+            _, loss = model(x.to(device), y.to(device))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -132,8 +132,8 @@ def test_bad_attention_and_config_are_named():
 def test_training_lowers_the_loss_and_repeats_exactly(corpus):
     _, tok, data = corpus
     config = _config(tok)
-    a = gpt.train(gpt.GPT(config, "sdpa"), data, 40, batch_size=8)
-    b = gpt.train(gpt.GPT(config, "sdpa"), data, 40, batch_size=8)
+    a = gpt.train(gpt.GPT(config, "sdpa"), data, 25, batch_size=8)
+    b = gpt.train(gpt.GPT(config, "sdpa"), data, 25, batch_size=8)
     assert a == b  # same seed, same batches, same weights: the same curve
     assert np.mean(a[-5:]) < a[0] - 0.5
 
@@ -162,14 +162,15 @@ def test_saved_bytes_formula_matches_the_hooks_for_the_course_kernel():
 
 def test_saved_bytes_grow_as_n_squared_for_naive_and_n_for_the_kernel():
     Ns = [16, 32, 64, 128]
-    naive = [gpt.measured_saved_bytes("naive", 1, 1, N, 16) for N in Ns]
     course = [gpt.measured_saved_bytes("course", 1, 1, N, 16) for N in Ns]
-    for N, n, c in zip(Ns, naive, course, strict=True):
+    for N, c in zip(Ns, course, strict=True):
         assert c == 4 * N * 16 * 4 + 4 * N  # exactly linear: q, k, v, out, lse
-        assert n == (3 * N * 16 + N * N) * 4
-    slope = np.polyfit(np.log(Ns), np.log(naive), 1)[0]
-    assert slope > 1.5  # N^2 takes over (16 -> 128: from 4 N d to N^2)
     assert np.polyfit(np.log(Ns), np.log(course), 1)[0] == pytest.approx(1.0, abs=1e-6)
+    Ns = [64, 256, 1024]
+    naive = [gpt.measured_saved_bytes("naive", 1, 1, N, 16) for N in Ns]
+    assert naive == [(3 * N * 16 + N * N) * 4 for N in Ns]
+    local = np.log(naive[-1] / naive[-2]) / np.log(Ns[-1] / Ns[-2])
+    assert local > 1.8  # N^2 takes over once N >> 3 d
     with pytest.raises(ValueError, match="bytes_per_element"):
         gpt.saved_bytes_formula(1, 1, 8, 16, 0)
 
