@@ -135,7 +135,7 @@ def test_training_lowers_the_loss_and_repeats_exactly(corpus):
     a = gpt.train(gpt.GPT(config, "sdpa"), data, 25, batch_size=8)
     b = gpt.train(gpt.GPT(config, "sdpa"), data, 25, batch_size=8)
     assert a == b  # same seed, same batches, same weights: the same curve
-    assert np.mean(a[-5:]) < a[0] - 0.5
+    assert np.mean(a[-5:]) < a[0] - 0.3  # from ln(vocab) towards the text's entropy
 
 
 def test_learning_curves_of_kernel_and_sdpa_coincide(corpus):
