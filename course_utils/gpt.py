@@ -20,6 +20,7 @@ Attention backends, all (B, H, N, d) -> (B, H, N, d) with the scale 1/sqrt(d):
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import random
@@ -174,7 +175,8 @@ def resolve_attention(attention) -> Callable:
 
     Args:
         attention: "naive", "sdpa", "course", a callable (q, k, v, causal) -> out, or a
-            torch.autograd.Function subclass whose forward takes (q, k, v, causal, ...).
+            torch.autograd.Function subclass whose forward takes (q, k, v, causal) or
+            (q, k, v, causal, softmax_scale) (then called with softmax_scale=None: 1/sqrt(d)).
 
     Returns:
         A callable (q, k, v, causal) -> out; q, k, v and out of shape (B, H, N, d).
@@ -188,8 +190,12 @@ def resolve_attention(attention) -> Callable:
         return _BY_NAME[attention]
     if isinstance(attention, type) and issubclass(attention, torch.autograd.Function):
         function = attention
+        # forward(ctx, q, k, v, causal, softmax_scale): the default scale passed as None
+        with_scale = len(inspect.signature(function.forward).parameters) >= 6
 
         def apply(q, k, v, causal):
+            if with_scale:
+                return function.apply(q, k, v, bool(causal), None)
             return function.apply(q, k, v, bool(causal))
 
         apply.__name__ = function.__name__

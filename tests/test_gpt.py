@@ -193,3 +193,13 @@ def test_gpu_peak_memory_and_throughput(corpus):
     assert big[1] / small[1] < 2.5 and big[2] / small[2] < 2.5  # fused: linear
     model = gpt.GPT(_config(tok, context=1024, d_model=128, n_heads=2), "course").cuda()
     assert gpt.tokens_per_second(model, 2, 1024, steps=3, warmup=1) > 0
+
+
+def test_the_course_function_plugs_in_with_its_scale_argument(corpus):
+    from course_utils.triton_attention import FlashAttentionFunction  # forward(..., softmax_scale)
+
+    _, tok, data = corpus
+    config = _config(tok)
+    x, y = gpt.get_batch(data, 2, config.context, torch.Generator().manual_seed(3))
+    ref = gpt.GPT(config, "sdpa")(x, y)[1].item()
+    assert abs(gpt.GPT(config, FlashAttentionFunction)(x, y)[1].item() - ref) < 1e-5
