@@ -435,13 +435,17 @@ def peak_memory(attention, B, H, N, d, dtype=torch.bfloat16, causal=True) -> int
     """Peak bytes allocated on the GPU by one forward + backward of attention, beyond its inputs.
 
     torch.cuda.max_memory_allocated after a reset, minus what was allocated before the call
-    (q, k, v and the gradient of out): what the attention itself needs, O(N^2) for naive.
+    (q, k, v and the gradient of out): what the attention itself needs, O(N^2) for naive (and
+    the gradients dq, dk, dv, O(N) for every backend). One call first, not measured: Triton's
+    autotuning allocates buffers of its own at a kernel's first launch for a shape.
     GPU only (RuntimeError without CUDA).
     """
     _need_cuda("peak_memory")
     attn = resolve_attention(attention)
     q, k, v = attention_inputs(B, H, N, d, dtype, "cuda")
     dout = torch.randn_like(q)
+    attn(q, k, v, causal).backward(dout)  # warm-up: compilation and autotuning
+    q.grad = k.grad = v.grad = None
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
