@@ -4,6 +4,7 @@
     python -m benchmarks.attention --learner mod:func     # add a learner's kernel, same signature
     python -m benchmarks.attention --sweep                # also time each launch config by hand
     python -m benchmarks.attention --backward             # forward + backward (autograd) instead
+    python -m benchmarks.attention --learner-backward mod:FlashAttentionTriton  # yours, fwd + bwd
 
 Grid, as in the FlashAttention-2 paper's benchmarks: batch * N = 16k tokens, hidden
 2048 = heads * d, d in {64, 128}, N in {1k, 4k, 16k}, causal and not. Work: 4 * B * H * N^2 * d
@@ -104,14 +105,29 @@ def sdpa_fn(backend_name: str, q, k, v, causal: bool):
     return run
 
 
-def load_learner(spec: str):
+def load_learner(spec: str, option: str = "--learner"):
     module_name, _, func_name = spec.partition(":")
     if not func_name:
-        raise SystemExit(f"--learner wants module:function, got {spec!r}")
+        raise SystemExit(f"{option} wants module:function, got {spec!r}")
     try:
         return getattr(importlib.import_module(module_name), func_name)
     except (ImportError, AttributeError) as e:
-        raise SystemExit(f"--learner {spec}: cannot load it ({type(e).__name__}: {e})") from None
+        raise SystemExit(f"{option} {spec}: cannot load it ({type(e).__name__}: {e})") from None
+
+
+def learner_autograd(obj, spec: str):
+    """f(q, k, v, causal) -> out from a learner's torch.autograd.Function (notebook 08's
+    FlashAttentionTriton: forward(ctx, q, k, v, causal, softmax_scale=None)) or a function."""
+    if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
+        from course_utils.gpt import resolve_attention  # passes softmax_scale=None if it has one
+
+        return resolve_attention(obj)
+    if callable(obj):
+        return obj
+    raise SystemExit(
+        f"--learner-backward {spec}: expected a torch.autograd.Function subclass or a function "
+        f"(q, k, v, causal) -> out, got {type(obj).__name__}"
+    )
 
 
 def measure(name, fn, ref, flops, log) -> dict:
@@ -544,6 +560,12 @@ def main_backward(args, command, learner, causals, log) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--learner", help="module:function with flash_attention_fwd's signature")
+    parser.add_argument(
+        "--learner-backward",
+        metavar="MODULE:FUNCTION",
+        help="a learner's torch.autograd.Function (notebook 08's FlashAttentionTriton, saved in "
+        "a .py file), timed forward + backward beside the course kernel; implies --backward",
+    )
     parser.add_argument("--sweep", action="store_true", help="time each config of the kernel")
     parser.add_argument(
         "--backward", action="store_true", help="time forward + backward (autograd) instead"
@@ -566,6 +588,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     learner = load_learner(args.learner) if args.learner else None
+    if args.learner_backward:
+        if learner is not None:
+            raise SystemExit("give --learner or --learner-backward, not both")
+        spec = args.learner_backward
+        learner = learner_autograd(load_learner(spec, "--learner-backward"), spec)
+        args.backward = True
     causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     variants = ["course", *(["learner"] if learner else []), *SDPA_BACKENDS]
     args.out.mkdir(parents=True, exist_ok=True)

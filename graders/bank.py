@@ -116,6 +116,14 @@ NAMED_MISTAKES = {
     "10_ring_attention": [
         ("ring_attention_rank", "diagonal-unmasked", "pairs[a][b] == 2,", "False,"),
     ],
+    "11_capstone": [
+        (
+            "attention_block",
+            "heads-merged-wrong",
+            "return out.transpose(1, 2).reshape(B, N, D) @ w_out",
+            "return out.reshape(B, N, D) @ w_out",
+        ),
+    ],
 }
 
 # The students of core(): one name per kind, the same student across the seven notebooks

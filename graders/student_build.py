@@ -65,6 +65,9 @@ KEEP = {
         "MIN_ROWS",
     },
     "widgets/_base.py": {"LiveFigure"},
+    # notebook 11: the learner's attention block turns a backend's name into the function
+    "gpt.py": {"resolve_attention", "attention_label", "BACKENDS"},
+    "backward.py": {"naive_attention_torch"},
 }
 
 

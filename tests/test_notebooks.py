@@ -22,6 +22,7 @@ SLOW = {
     "07_backward": 120,
     "08_triton_backward": 120,
     "09_flash_decoding": 120,
+    "11_capstone": 120,  # trains three tiny GPTs, one with the kernel in the interpreter
 }
 
 pytestmark = pytest.mark.notebooks
