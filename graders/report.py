@@ -18,6 +18,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from . import report_html, similarity
 from .submissions import one_line
@@ -73,7 +74,7 @@ def _figures(results, assignments, pass_rates, per_exercise) -> dict[str, Figure
     ]
     ax.hist(data, bins=[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.001], label=assignments)
     ax.set(xlabel="score (% of the assignment's points)", ylabel="submissions")
-    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts of submissions
     ax.set_title("Score distribution")
     ax.legend(fontsize=8)
     figs["scores"] = fig
@@ -107,7 +108,8 @@ def _figures(results, assignments, pass_rates, per_exercise) -> dict[str, Figure
         empty="no named misconception was seen",
         per_bar=0.6,
     )
-    fig.axes[0].xaxis.get_major_locator().set_params(integer=True)
+    if bars:  # counts of students (an empty chart has no ticks at all)
+        fig.axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
     figs["miscs"] = fig
     return figs
 

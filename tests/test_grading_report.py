@@ -469,3 +469,15 @@ def test_concept_questions_beliefs_have_their_words():
                 known = cat.find(option.slug, NOTEBOOK[name])
                 assert known is not None and known.title, (name, option.slug)
                 assert option.slug in cat
+
+
+def test_figures_of_a_class_without_misconceptions_or_cells():
+    """A class where no check named a misconception (or no cell was graded) still gets its
+    figures: the empty charts say so instead of failing on their tick settings."""
+    from graders import report
+
+    results = [{"student": "a", "assignment": "01", "score": 1.0, "max_score": 2.0}]
+    for pass_rates, per_exercise in (({("01", "c"): (1, 2)}, {}), ({}, {})):
+        figs = report._figures(results, ["01"], pass_rates, per_exercise)
+        assert set(figs) == {"scores", "pass", "miscs"}
+        assert all(b"<svg" in report._svg(f) for f in figs.values())
