@@ -4,6 +4,7 @@
     python -m benchmarks.grading --compare 5    # one student, sandbox and not, alternating
     python -m benchmarks.grading --students 50 --compare-class 10   # the class, both ways
     python -m benchmarks.grading --compare 3 --against ../old        # this grader against another
+    python -m benchmarks.grading --notebooks 01-07 ...   # any of the above, on some notebooks only
 
 Builds a synthetic class from the bank of graders/bank.py (each student gets, for every notebook,
 one of: full solution, untouched release, partial answer, or a named mistake, in turn; every file
@@ -33,8 +34,30 @@ from graders import bank, pipeline
 from graders.grade import grade
 
 
-def make_class(folder: Path, students: int) -> None:
-    for assignment in pipeline.assignments():
+def select(spec: str | None) -> list[str]:
+    """The assignments named by --notebooks: None for all, else numbers and ranges, "01-07" or
+    "1,3,5-6", matched on each assignment's leading number."""
+    every = pipeline.assignments()
+    if not spec:
+        return every
+    wanted: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi or lo)
+        except ValueError:
+            raise SystemExit(
+                f"--notebooks: {part!r} is not a number or a range like 01-07"
+            ) from None
+        wanted.update(range(first, last + 1))
+    chosen = [a for a in every if int(a.split("_")[0]) in wanted]
+    if not chosen:
+        raise SystemExit(f"--notebooks {spec}: no assignment matches (there are {every})")
+    return chosen
+
+
+def make_class(folder: Path, students: int, assignments: list[str] | None = None) -> None:
+    for assignment in assignments or pipeline.assignments():
         kinds = bank.core(assignment)  # full, untouched, partial, a named mistake
         for s in range(students):
             entry = kinds[s % len(kinds)]
@@ -42,10 +65,10 @@ def make_class(folder: Path, students: int) -> None:
             bank.write([one], folder, assignment)
 
 
-def compare(pairs: int, jobs: int, out: str | None) -> int:
+def compare(pairs: int, jobs: int, out: str | None, assignments: list[str]) -> int:
     """One student's notebooks graded with and without the sandbox, in alternating order."""
     work = Path(out or tempfile.mkdtemp(prefix="grading-compare-"))
-    make_class(work / "one", 1)
+    make_class(work / "one", 1, assignments)
     times: dict[bool, list[float]] = {True: [], False: []}
     for k in range(pairs):
         for sandbox in (True, False) if k % 2 == 0 else (False, True):
@@ -61,20 +84,22 @@ def compare(pairs: int, jobs: int, out: str | None) -> int:
     with_sb, without = statistics.median(times[True]), statistics.median(times[False])
     print(
         f"\n{platform.node()} · {os.cpu_count()} cores · {jobs} jobs · one student, "
-        f"{len(pipeline.assignments())} notebooks, {pairs} pairs\n"
+        f"{len(assignments)} notebooks, {pairs} pairs\n"
         f"median with the sandbox {with_sb:.1f} s, without {without:.1f} s: "
         f"the sandbox costs {100 * (with_sb / without - 1):+.1f} %"
     )
     return 0
 
 
-def compare_class(students: int, blocks: int, jobs: int, out: str | None) -> int:
+def compare_class(
+    students: int, blocks: int, jobs: int, out: str | None, assignments: list[str]
+) -> int:
     """A class graded whole, with and without the sandbox: the students in `blocks` groups, each
     group graded both ways back to back, the order alternating from one group to the next, so
     that both ways see the same machine over the same stretch of time. The class's time each way
     is the sum over its groups."""
     work = Path(out or tempfile.mkdtemp(prefix="grading-compare-class-"))
-    make_class(work / "class", students)
+    make_class(work / "class", students, assignments)
     submitted = work / "class" / "submitted"
     names = sorted(p.name for p in submitted.iterdir())
     size = -(-len(names) // blocks)
@@ -102,7 +127,7 @@ def compare_class(students: int, blocks: int, jobs: int, out: str | None) -> int
     with_sb, without = totals[True], totals[False]
     print(
         f"\n{platform.node()} · {os.cpu_count()} cores · {jobs} jobs · class of {len(names)}, "
-        f"{len(pipeline.assignments())} notebooks each, {blocks} alternating blocks\n"
+        f"{len(assignments)} notebooks each, {blocks} alternating blocks\n"
         f"with the sandbox {with_sb:.0f} s ({with_sb / len(names):.1f} s per student), "
         f"without {without:.0f} s ({without / len(names):.1f} s per student): "
         f"the sandbox costs {100 * (with_sb / without - 1):+.1f} %"
@@ -164,7 +189,9 @@ def model_lines(runs: list[tuple[Path, float, float | None]], jobs: int) -> list
     return lines
 
 
-def compare_with(other: Path, pairs: int, jobs: int, out: str | None) -> int:
+def compare_with(
+    other: Path, pairs: int, jobs: int, out: str | None, assignments: list[str]
+) -> int:
     """One student's notebooks graded by this checkout and by `other` (another checkout of the
     course with its own .venv, e.g. an older commit), in alternating order: what a change to the
     grader costs. Only the notebooks whose release is the same file in both are graded."""
@@ -174,7 +201,7 @@ def compare_with(other: Path, pairs: int, jobs: int, out: str | None) -> int:
         raise SystemExit(f"--against: {python} not found (run `python3 course.py test --co` there)")
     same = [
         a
-        for a in pipeline.assignments()
+        for a in assignments
         if (other / "notebooks" / a / f"{a}.ipynb").is_file()
         and (other / "notebooks" / a / f"{a}.ipynb").read_bytes()
         == (pipeline.REPO / "notebooks" / a / f"{a}.ipynb").read_bytes()
@@ -232,21 +259,27 @@ def main(argv=None) -> int:
         metavar="CHECKOUT",
         help="with --compare K: grade with this checkout and CHECKOUT (its own .venv) in turn",
     )
+    ap.add_argument(
+        "--notebooks",
+        metavar="LIST",
+        help='only these assignments, by number: "01-07" (the first seven), "1,3,5-6"',
+    )
     args = ap.parse_args(argv)
+    chosen = select(args.notebooks)
     if args.against:
-        return compare_with(Path(args.against), args.compare or 3, args.jobs, args.out)
+        return compare_with(Path(args.against), args.compare or 3, args.jobs, args.out, chosen)
     if args.compare_class:
-        return compare_class(args.students, args.compare_class, args.jobs, args.out)
+        return compare_class(args.students, args.compare_class, args.jobs, args.out, chosen)
     if args.compare:
-        return compare(args.compare, args.jobs, args.out)
+        return compare(args.compare, args.jobs, args.out, chosen)
     kw = {"sandbox": False} if args.unsafe_no_sandbox else {}
     work = Path(args.out or tempfile.mkdtemp(prefix="grading-bench-"))
-    notebooks = len(pipeline.assignments())
-    make_class(work / "one", 1)
+    notebooks = len(chosen)
+    make_class(work / "one", 1, chosen)
     t0 = time.perf_counter()
     grade(work / "one" / "submitted", work / "one-graded", jobs=args.jobs, progress=False, **kw)
     one = time.perf_counter() - t0
-    make_class(work / "class", args.students)
+    make_class(work / "class", args.students, chosen)
     t0 = time.perf_counter()
     outcome = grade(work / "class" / "submitted", work / "class-graded", jobs=args.jobs, **kw)
     whole = time.perf_counter() - t0
