@@ -416,10 +416,16 @@ def attention_inputs(B, H, N, d, dtype=torch.float32, device="cpu", seed=0):
     ]
 
 
-def measured_saved_bytes(attention, B, H, N, d, dtype=torch.float32, causal=True) -> int:
-    """saved_tensor_bytes of one causal attention call on CPU tensors (B, H, N, d)."""
+def measured_saved_bytes(
+    attention, B, H, N, d, dtype=torch.float32, causal=True, device: str | None = None
+) -> int:
+    """saved_tensor_bytes of one causal attention call on tensors (B, H, N, d) on `device`:
+    default the GPU where there is one (the Triton kernels refuse CPU tensors there), else the
+    CPU (where they run in Triton's interpreter)."""
     attn = resolve_attention(attention)
-    q, k, v = attention_inputs(B, H, N, d, dtype)
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    q, k, v = attention_inputs(B, H, N, d, dtype, device)
     return saved_tensor_bytes(attn, q, k, v, causal)
 
 

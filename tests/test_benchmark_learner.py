@@ -12,10 +12,13 @@ from benchmarks import attention as bench
 def test_an_autograd_function_is_called_as_apply_with_causal():
     fn = bench.learner_autograd(ta.FlashAttentionFunction, "m:F")
     gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 1, 20, 16, generator=gen).requires_grad_() for _ in range(3))
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # where the course kernel runs
+    q, k, v = (
+        torch.randn(1, 1, 20, 16, generator=gen).to(device).requires_grad_() for _ in range(3)
+    )
     out = fn(q, k, v, True)
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    assert torch.allclose(out, ref, atol=1e-5)
+    assert torch.allclose(out, ref, atol=1e-5 if device == "cpu" else 2e-3)  # TF32 on a GPU
     out.sum().backward()
     assert q.grad is not None and torch.isfinite(q.grad).all()
 

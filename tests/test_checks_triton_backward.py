@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import json
 from pathlib import Path
 
 import pytest
@@ -18,33 +17,15 @@ import torch
 from checkhelp import run_quietly, slug_of
 
 import course_utils.triton_attention as ta  # noqa: F401  (the interpreter before triton)
+from benchmarks import learner_solutions
 from course_utils.checks import CheckFailure
 from course_utils.checks import triton_backward as C
 
 REPO = Path(__file__).resolve().parent.parent
-SOLUTION = REPO / "solutions" / "08_triton_backward" / "08_triton_backward.ipynb"
 _count = itertools.count()
 
 
-def _solution_source() -> str:
-    """The solution's four answer cells, as one module."""
-    nb = json.loads(SOLUTION.read_text())
-    cells = [
-        "".join(c["source"])
-        for c in nb["cells"]
-        if c.get("metadata", {}).get("nbgrader", {}).get("solution")
-        and c["metadata"]["nbgrader"]["grade_id"]
-        in ("bwd_preprocess", "bwd_dkdv", "bwd_dq", "attention_function")
-    ]
-    head = (
-        "import torch\nimport course_utils.triton_attention as ta\nimport triton\n"
-        "import triton.language as tl\nfrom course_utils.triton_attention.learner_backward "
-        "import learner_backward, load_tile, store_tile\n\n"
-    )
-    return head + "\n\n".join(cells) + "\n"
-
-
-SOURCE = _solution_source()
+SOURCE = learner_solutions.module_source("08_triton_backward")  # the four answer cells
 
 
 def variant(tmp_path: Path, *edits: tuple[str, str], extra: str = ""):
@@ -66,10 +47,12 @@ def solution(tmp_path_factory):
     return variant(tmp_path_factory.mktemp("solution"))
 
 
-def slug_for(check, fn) -> str | None:
+def slug_for(check, fn) -> str:
+    """The misconception the check names, or its whole message where it names none (so that
+    a failing assertion shows what the check said)."""
     with pytest.raises(CheckFailure) as info:
         run_quietly(check, fn)
-    return slug_of(info.value)
+    return slug_of(info.value) or f"no misconception named in: {info.value}"
 
 
 # ---- right answers ------------------------------------------------------------------------------

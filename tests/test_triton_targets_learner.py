@@ -12,20 +12,21 @@ prints the table), not asserted: these kernels are the learner's, not tuned.
 
 The solutions are written to importable modules first (the compile runs in a child process that
 imports each kernel by module and name; targets.py puts the module's folder on its path):
-notebook 06's answers are tests/triton06_answers.py; notebook 08's and 09's come from the
-solution notebooks' answer cells, as tests/test_checks_triton_backward.py builds them.
+notebook 06's puzzles are tests/triton06_answers.py; its whole forward kernel and notebook 08's
+and 09's kernels come from the solution notebooks' answer cells
+(benchmarks/learner_solutions.module_source).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
 import pytest
 
 import course_utils.triton_attention as ta  # noqa: F401  (the interpreter, before triton)
+from benchmarks import learner_solutions
 from course_utils.triton_attention import targets as T
 
 pytestmark = pytest.mark.skipif(
@@ -36,28 +37,16 @@ REPO = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent
 
 
-def _answer_cells(notebook: str, grade_ids: tuple[str, ...]) -> str:
-    nb = json.loads((REPO / "solutions" / notebook / f"{notebook}.ipynb").read_text())
-    cells = {
-        c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"])
-        for c in nb["cells"]
-        if c.get("metadata", {}).get("nbgrader", {}).get("solution")
-    }
-    missing = [g for g in grade_ids if g not in cells]
-    assert not missing, f"{notebook} has no answer cell {missing}"
-    return "\n\n".join(cells[g] for g in grade_ids)
-
-
 HEAD = (
     "import torch\nimport course_utils.triton_attention as ta\nimport triton\n"
     "import triton.language as tl\n"
 )
 SOURCES = {
-    "sol08": HEAD
-    + "from course_utils.triton_attention.learner_backward import learner_backward, load_tile, "
-    "store_tile\n\n"
-    + _answer_cells("08_triton_backward", ("bwd_preprocess", "bwd_dkdv", "bwd_dq")),
-    "sol09": HEAD + "\n" + _answer_cells("09_flash_decoding", ("attend_chunk",)),
+    "sol08": learner_solutions.module_source(
+        "08_triton_backward", ("bwd_preprocess", "bwd_dkdv", "bwd_dq")
+    ),
+    "sol09": learner_solutions.module_source("09_flash_decoding", ("attend_chunk",)),
+    "sol06": learner_solutions.module_source("06_triton_forward", ("attention_fwd",)),
     # A right step and finalize for learner.py's skeleton (the old notebook 06 exercise).
     "sol06_skeleton": HEAD
     + """
@@ -180,15 +169,17 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
         attn = {f"{x}_ptr": f"*{t}" for x in ("q", "k", "v", "out")}
         attn |= {"lse_ptr": "*fp32", "qk_scale": "fp32"}
         for d in (64, 128):
-            bm, bn = (64, 32)  # the solution launcher's GPU tiles
+            bm, bn, w, st = T.tile_config(cap, d, dt)  # the solution launcher's GPU tiles
             for causal in (False, True):
                 add(
                     "06",
                     f"attention_fwd_kernel d={d} causal={causal} {t}",
-                    a06.attention_fwd_kernel,
+                    m["sol06"].attention_fwd_kernel,
                     attn,
                     dict(HEAD_DIM=d, BLOCK_D=_bd(d), BLOCK_M=bm, BLOCK_N=bn, CAUSAL=causal),
                     cap,
+                    w,
+                    st,
                 )
         # learner.py's skeleton with a right step and finalize
         s06 = m["sol06_skeleton"]

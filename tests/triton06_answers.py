@@ -14,6 +14,7 @@ import triton.language as tl
 
 import course_utils.triton_attention as ta
 from course_utils.triton_attention.puzzles import check_attention_inputs
+from course_utils.triton_attention.targets import tile_config
 
 LOG2E = 1.4426950408889634
 
@@ -178,7 +179,11 @@ def attention_fwd(q, k, v, causal=False, softmax_scale=None):
         out.zero_()
         lse.fill_(float("-inf"))
         return out, lse
-    block_m, block_n = (32, 16) if ta.INTERPRETER else (64, 32)
+    if ta.INTERPRETER:
+        block_m, block_n, warps, stages = 32, 16, 4, 1
+    else:
+        capability = torch.cuda.get_device_capability(q.device)
+        block_m, block_n, warps, stages = tile_config(capability, d, q.dtype)
     grid = (triton.cdiv(n_q, block_m), batch * heads)
     attention_fwd_kernel[grid](
         q, k, v, out, lse,
@@ -189,5 +194,6 @@ def attention_fwd(q, k, v, causal=False, softmax_scale=None):
         heads, n_q, n_k, softmax_scale * LOG2E,
         HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)),
         BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=causal,
+        num_warps=warps, num_stages=stages,
     )  # fmt: skip
     return out, lse
