@@ -4,6 +4,7 @@
     python -m benchmarks.grading --compare 5    # one student, sandbox and not, alternating
     python -m benchmarks.grading --students 50 --compare-class 10   # the class, both ways
     python -m benchmarks.grading --compare 3 --against ../old        # this grader against another
+    python -m benchmarks.grading --compare 2 --against ../old --students 5   # ... on a class
     python -m benchmarks.grading --notebooks 01-07 ...   # any of the above, on some notebooks only
 
 Builds a synthetic class from the bank of graders/bank.py (each student gets, for every notebook,
@@ -190,11 +191,13 @@ def model_lines(runs: list[tuple[Path, float, float | None]], jobs: int) -> list
 
 
 def compare_with(
-    other: Path, pairs: int, jobs: int, out: str | None, assignments: list[str]
+    other: Path, pairs: int, jobs: int, out: str | None, assignments: list[str], students: int = 1
 ) -> int:
-    """One student's notebooks graded by this checkout and by `other` (another checkout of the
-    course with its own .venv, e.g. an older commit), in alternating order: what a change to the
-    grader costs. Only the notebooks whose release is the same file in both are graded."""
+    """A class of `students` (default one student) graded by this checkout and by `other`
+    (another checkout of the course with its own .venv, e.g. an older commit), in alternating
+    order: what a change to the grader costs. Only the notebooks whose release is the same file
+    in both are graded. One student shows the fixed costs of a run (the template, starting the
+    workers, the report); a class shows the throughput."""
     other = Path(other).resolve()
     python = other / ".venv" / "bin" / "python"
     if not python.is_file():
@@ -207,9 +210,7 @@ def compare_with(
         == (pipeline.REPO / "notebooks" / a / f"{a}.ipynb").read_bytes()
     ]
     work = Path(out or tempfile.mkdtemp(prefix="grading-against-"))
-    for assignment in same:
-        entry = bank.core(assignment)[0]
-        bank.write([bank.Entry("student000", entry.notebook, entry.failing)], work, assignment)
+    make_class(work, students, same)
     times: dict[str, list[float]] = {"this": [], "other": []}
     runs: dict[str, list] = {"this": [], "other": []}
     for k in range(pairs):
@@ -227,7 +228,8 @@ def compare_with(
             print(f"pair {k + 1}: {which:5s} {times[which][-1]:.1f} s", flush=True)
     this, theirs = statistics.median(times["this"]), statistics.median(times["other"])
     print(
-        f"\n{platform.node()} · {os.cpu_count()} cores · {jobs} jobs · one student, "
+        f"\n{platform.node()} · {os.cpu_count()} cores · {jobs} jobs · "
+        f"{'one student' if students == 1 else f'a class of {students}'}, "
         f"{len(same)} notebooks ({', '.join(same)}), {pairs} pairs\n"
         f"median: this checkout {this:.1f} s, {other.name} {theirs:.1f} s: "
         f"{100 * (this / theirs - 1):+.1f} %; sums {sum(times['this']):.1f} s and "
@@ -267,7 +269,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     chosen = select(args.notebooks)
     if args.against:
-        return compare_with(Path(args.against), args.compare or 3, args.jobs, args.out, chosen)
+        students = args.students if "--students" in (argv or sys.argv[1:]) else 1
+        return compare_with(
+            Path(args.against), args.compare or 3, args.jobs, args.out, chosen, students
+        )
     if args.compare_class:
         return compare_class(args.students, args.compare_class, args.jobs, args.out, chosen)
     if args.compare:

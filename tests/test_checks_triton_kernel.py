@@ -588,6 +588,24 @@ def test_a_plain_python_function_is_refused_with_a_clear_error():
         check_learner_function(plain, "finalize_rows")
 
 
+def test_a_kernel_is_validated_once_and_a_stub_every_time():
+    """Launchers validate the learner's kernels on every call; an accepted kernel object is
+    remembered (no second read of its source), a stub is refused each time it is launched."""
+    from course_utils.triton_attention import learner
+
+    check_learner_function(step, "online_softmax_step")
+    assert step in learner._ACCEPTED
+
+    @triton.jit
+    def stub(acc, m_i, l_i):
+        raise NotImplementedError()
+
+    for _ in range(2):
+        with pytest.raises(NotImplementedError, match="not written yet"):
+            check_learner_function(stub, "finalize_rows")
+    assert stub not in learner._ACCEPTED
+
+
 def test_emulation_without_bugs_is_attention():
     """The float64 emulation of the skeleton with no bug equals the direct float64 attention."""
     rng = np.random.default_rng(0)

@@ -154,6 +154,17 @@ def test_tile_config_on_hopper_is_the_autotuners_first_choice():
             assert tuple(T.tile_config((9, 0), d, torch.bfloat16, pass_)) == first
 
 
+def test_tile_config_is_computed_once_per_question_and_errors_every_time():
+    """Launchers ask on every call: the answer is cached, a refusal is not."""
+    first = T.tile_config((9, 0), 64, torch.bfloat16, "fwd")
+    hits = T._fitting_config.cache_info().hits
+    assert T.tile_config((9, 0), 64, torch.bfloat16, "fwd") is first
+    assert T._fitting_config.cache_info().hits == hits + 1
+    for _ in range(2):
+        with pytest.raises(ValueError, match="d must be at most 128 on sm_75"):
+            T.tile_config((7, 5), 256, torch.float16)
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="capability must be one of"):
         T.chip((6, 1))

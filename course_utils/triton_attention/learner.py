@@ -33,6 +33,7 @@ import dis
 import inspect
 import math
 import re
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -132,6 +133,11 @@ def check_learner_function(fn, name: str) -> None:
         TypeError: fn is not a @triton.jit function.
         NotImplementedError: fn's body still raises NotImplementedError (the exercise's stub).
     """
+    try:
+        if fn in _ACCEPTED:  # launchers check on every call: once per kernel object is enough
+            return
+    except TypeError:  # not hashable or not weakly referable: checked below, every time
+        pass
     python_fn = getattr(fn, "fn", None)
     if not isinstance(fn, KernelInterface) or not callable(python_fn):
         raise TypeError(
@@ -154,6 +160,13 @@ def check_learner_function(fn, name: str) -> None:
             "@triton.jit function compiled for a GPU can read only globals made with "
             f"tl.constexpr: write `{g} = tl.constexpr({value!r})`, or pass {g} as an argument"
         )
+    try:
+        _ACCEPTED.add(fn)
+    except TypeError:
+        pass
+
+
+_ACCEPTED: weakref.WeakSet = weakref.WeakSet()  # kernels check_learner_function has passed
 
 
 _PLAIN = (int, float, complex, str, bytes, tuple, list, dict, set)

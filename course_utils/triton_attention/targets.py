@@ -40,6 +40,7 @@ Facts behind the choices (Triton 3.6 on the course's GPU machine, 3.9 on CPU mac
 from __future__ import annotations
 
 import base64
+import functools
 import importlib
 import inspect
 import json
@@ -251,6 +252,12 @@ def tile_config(capability, d: int, dtype: torch.dtype, pass_: str = "fwd") -> T
             f"dtype must be torch.float16, torch.bfloat16 or torch.float32, got {dtype}"
         )
     check_dtype_for(c, dtype)
+    return _fitting_config(c, d, dtype, pass_)
+
+
+@functools.cache  # a launcher asks on every call: the budgets below cost more than a launch
+def _fitting_config(c: Chip, d: int, dtype: torch.dtype, pass_: str) -> TileConfig:
+    """tile_config's choice, for arguments it has checked."""
     block_d = _block_d(d)
     if not c.pipelined:
         if d > SM75_MAX_HEAD_DIM:
