@@ -23,8 +23,10 @@ use. Only the JSON of the notebook is read, so this also runs where nbformat is 
 from __future__ import annotations
 
 import ast
+import atexit
 import importlib.util
 import json
+import shutil
 import sys
 import tempfile
 from functools import cache
@@ -94,6 +96,7 @@ def module_source(
 def load(notebook: str):
     """The module of one notebook's learner code (written once per process, then imported)."""
     folder = Path(tempfile.mkdtemp(prefix="learner-solutions-"))
+    atexit.register(shutil.rmtree, folder, True)  # Triton has read the source by then
     name = f"learner_{notebook}"
     path = folder / f"{name}.py"
     path.write_text(module_source(notebook))

@@ -27,6 +27,7 @@ still compared with the course's code).
 
 from __future__ import annotations
 
+import functools
 import io
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -108,6 +109,15 @@ def _fingerprint(code: str, boilerplate=None):
     )
 
 
+@functools.lru_cache(maxsize=512)
+def _reference_fingerprint(text: str):
+    """A reference's fingerprint, made once per run however many assignments are compared with
+    it (the course_utils files are the same for every assignment). It is made without the
+    assignment's boilerplate: that changes nothing in a student's share, which counts the
+    student's own hashes, from which the boilerplate is already gone."""
+    return _fingerprint(text)
+
+
 def _shares(a, b) -> tuple[float, float]:
     from copydetect import compare_files
 
@@ -140,7 +150,7 @@ def similar_pairs(
             if fp.token_coverage >= MIN_TOKENS:
                 prints[r["student"]] = fp
         for name, text in reference_sources(assignment, root).items():
-            ref = _fingerprint(text, boilerplate)
+            ref = _reference_fingerprint(text)
             for student, fp in prints.items():
                 share, _ = _shares(fp, ref)
                 if share >= threshold:

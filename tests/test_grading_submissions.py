@@ -20,6 +20,7 @@ from itertools import combinations
 from pathlib import Path
 
 import nbformat
+import numpy as np
 import pytest
 
 from graders import bank, pipeline, similarity
@@ -442,6 +443,28 @@ def test_near_copies_and_copies_of_the_course_code_are_found(tmp_path):
     assert not any("c" in (p.student, p.other) for p in pairs)  # untouched stubs are not code
     assert all(p.share >= similarity.THRESHOLD for p in pairs)
     assert similarity.similar_pairs(results, threshold=1.01) == []
+
+
+@pytest.mark.skipif(similarity.available() is not None, reason="copydetect not installed")
+def test_a_reference_made_once_without_boilerplate_gives_the_same_shares():
+    """similar_pairs fingerprints each reference once per run, without the assignment's
+    boilerplate: a student's share against it is the share against the filtered one."""
+    release = similarity.answer_code(_release())
+    stub = similarity._fingerprint(release)
+    boilerplate = np.unique(np.array(list(stub.hashes), dtype=np.int64))
+    refs = similarity.reference_sources(A)
+    solved = similarity.answer_code(pipeline.solved_notebook(A))
+    softmax = Path(pipeline.REPO / "course_utils" / "softmax.py").read_text()
+    answers = [solved, release + "\n\n" + softmax[softmax.index("def ") :][:1500]]
+    for code in answers:
+        fp = similarity._fingerprint(code, boilerplate)
+        for text in refs.values():
+            filtered = similarity._fingerprint(text, boilerplate)
+            once = similarity._reference_fingerprint(text)
+            assert similarity._shares(fp, once)[0] == similarity._shares(fp, filtered)[0]
+    hits = similarity._reference_fingerprint.cache_info().hits
+    similarity._reference_fingerprint(refs["solutions"])
+    assert similarity._reference_fingerprint.cache_info().hits == hits + 1
 
 
 def _course_functions(min_lines: int = 12) -> list[str]:
