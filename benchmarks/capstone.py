@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import shlex
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
@@ -32,16 +32,10 @@ CHECK_TOL = 2e-2  # relative difference to SDPA (float32 math) in bf16
 
 def sdpa_backend(name: str):
     """attention(q, k, v, causal) -> out through one SDPA backend ("flash", "cudnn", ...)."""
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from benchmarks.attention import SDPA_BACKENDS
-
-    backend = getattr(SDPBackend, SDPA_BACKENDS[name])
+    from benchmarks.attention import sdpa_fn
 
     def attention(q, k, v, causal):
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+        return sdpa_fn(name, q, k, v, bool(causal))()
 
     attention.__name__ = f"sdpa-{name}"
     return attention
@@ -62,14 +56,10 @@ def backends() -> dict:
     }
 
 
-def rel(x: torch.Tensor, ref: torch.Tensor) -> float:
-    x, ref = x.float(), ref.float()
-    return float("inf") if not torch.isfinite(x).all() else ((x - ref).norm() / ref.norm()).item()
-
-
 def check(name: str, attention) -> str:
     """'' if attention matches float32 SDPA on a causal (2, 4, 1000, 64) bf16 case (out and the
     three gradients), else what differs."""
+    from benchmarks.attention import rel_diff as rel
     from course_utils import gpt
 
     q, k, v = gpt.attention_inputs(2, 4, 1000, 64, torch.bfloat16, "cuda", seed=1)
@@ -95,8 +85,9 @@ def throughput(attention, contexts, steps: int, log) -> list[float | None]:
     """Training tokens/s at each context (None: out of memory)."""
     from course_utils import gpt
 
+    vocab = gpt.CharTokenizer(gpt.make_corpus()).vocab_size  # notebook 11's text
     config = gpt.GPTConfig(
-        vocab_size=22, n_layers=4, n_heads=16, d_model=1024, context=max(contexts)
+        vocab_size=vocab, n_layers=4, n_heads=16, d_model=1024, context=max(contexts)
     )
     row = []
     for ctx in contexts:
@@ -126,12 +117,11 @@ def peaks(attention, lengths, log) -> list[int | None]:
 
 
 def slope(xs, ys) -> float | None:
-    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if y]
+    """The log-log slope of ys against xs (2 for O(N^2), 1 for O(N)), OOM points left out."""
+    pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y]
     if len(pts) < 2:
         return None
-    mx = sum(p[0] for p in pts) / len(pts)
-    my = sum(p[1] for p in pts) / len(pts)
-    return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    return float(np.polyfit(np.log([x for x, _ in pts]), np.log([y for _, y in pts]), 1)[0])
 
 
 def markdown(contexts, tps: dict, lengths, mem: dict, failed: list[str], command: str) -> str:

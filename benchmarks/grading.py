@@ -242,7 +242,9 @@ def compare_with(
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--students", type=int, default=50)
+    ap.add_argument(
+        "--students", type=int, default=None, help="class size (default 50; 1 with --against)"
+    )
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
     ap.add_argument("--out", default=None)
     ap.add_argument(
@@ -269,10 +271,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     chosen = select(args.notebooks)
     if args.against:
-        students = args.students if "--students" in (argv or sys.argv[1:]) else 1
         return compare_with(
-            Path(args.against), args.compare or 3, args.jobs, args.out, chosen, students
+            Path(args.against), args.compare or 3, args.jobs, args.out, chosen, args.students or 1
         )
+    if args.students is None:
+        args.students = 50
     if args.compare_class:
         return compare_class(args.students, args.compare_class, args.jobs, args.out, chosen)
     if args.compare:

@@ -18,6 +18,7 @@ from checkhelp import run_quietly, slug_of
 from triton.runtime.jit import KernelInterface
 
 import course_utils.triton_attention as ta  # noqa: F401  (first: the interpreter)
+from benchmarks import learner_solutions
 from course_utils.checks import CheckFailure
 from course_utils.checks import triton_puzzles as TP
 from course_utils.triton_attention.puzzles import check_attention_inputs
@@ -435,11 +436,12 @@ def make_fwd(
 @pytest.mark.parametrize(
     "fn",
     [
-        A.attention_fwd,  # two phases, 32 x 16 tiles
+        learner_solutions.attention_fwd,  # the solution notebook's, read from solutions/
+        A.attention_fwd,  # two phases, every tile masked, 32 x 16 tiles
         make_fwd(),  # one masked loop, 16 x 16
         make_fwd(block_m=64, block_n=32, guard=True, empty_check=False),  # guard l_i == 0
     ],
-    ids=["two-phase", "one-loop", "guarded-64x32"],
+    ids=["solution", "two-phase", "one-loop", "guarded-64x32"],
 )
 def test_attention_fwd_right(fn):
     assert "✓ attention_fwd" in run_quietly(TP.check_attention_fwd, fn)

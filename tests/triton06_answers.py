@@ -1,4 +1,4 @@
-"""Notebook 06's answers as the solution writes them, and other right answers in other styles.
+"""Notebook 06's puzzle answers as the solution writes them, and right answers in other styles.
 
 Imported by tests/test_checks_triton_puzzles.py (after course_utils.triton_attention, which turns
 on the interpreter without a GPU). Each kernel here is what a learner could hand in.
@@ -97,7 +97,8 @@ def row_block_attention_kernel(
     tl.store(out_ptr + offs_m[:, None] * stride_o + offs_d[None, :], out)
 
 
-# ---- the whole forward: kernel and launcher ------------------------------------------------------
+# ---- the whole forward: kernel and launcher (every K/V tile masked; the solution notebook's
+# kernel loads full tiles without a mask: tests/test_checks_triton_puzzles.py checks both) -------
 @triton.jit
 def attention_fwd_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr,

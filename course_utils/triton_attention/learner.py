@@ -126,6 +126,9 @@ def learner_attention_kernel(
 _STUB = re.compile(r"^\s*raise\s+NotImplementedError\b", re.MULTILINE)
 
 
+_ACCEPTED: weakref.WeakSet = weakref.WeakSet()  # kernels check_learner_function has passed
+
+
 def check_learner_function(fn, name: str) -> None:
     """Refuse what cannot be launched: not a @triton.jit function, or one not written yet.
 
@@ -164,9 +167,6 @@ def check_learner_function(fn, name: str) -> None:
         _ACCEPTED.add(fn)
     except TypeError:
         pass
-
-
-_ACCEPTED: weakref.WeakSet = weakref.WeakSet()  # kernels check_learner_function has passed
 
 
 _PLAIN = (int, float, complex, str, bytes, tuple, list, dict, set)
