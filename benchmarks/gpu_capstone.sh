@@ -27,6 +27,7 @@ tests)
         tests/test_benchmark_learner.py tests/test_checks_capstone.py tests/test_learner_solutions.py \
         tests/test_checks_triton_kernel.py tests/test_checks_triton_puzzles.py \
         tests/test_checks_triton_backward.py tests/test_checks_flash_decoding.py \
+        tests/test_triton_forward.py \
         2>&1 | tee "$OUT/tests.txt" | tail -40
     rc=$((rc || PIPESTATUS[0]))
     timeout 300 $PY -m benchmarks.run_notebook solutions/11_capstone/11_capstone.ipynb \

@@ -92,13 +92,14 @@ def module_source(
 
 
 @cache
-def load(notebook: str):
-    """The module of one notebook's learner code (written once per process, then imported)."""
+def load(notebook: str, root: Path = REPO):
+    """The module of one notebook's learner code (written once per process, then imported);
+    `root`: the tree whose solutions/ to read (another checkout, to time an older solution)."""
     folder = Path(tempfile.mkdtemp(prefix="learner-solutions-"))
     atexit.register(shutil.rmtree, folder, True)  # Triton has read the source by then
-    name = f"learner_{notebook}"
+    name = f"learner_{notebook}" if Path(root) == REPO else f"learner_{notebook}_{folder.name}"
     path = folder / f"{name}.py"
-    path.write_text(module_source(notebook))
+    path.write_text(module_source(notebook, root=Path(root)))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # Triton resolves a kernel's globals through its module

@@ -34,6 +34,44 @@ def test_a_missing_solution_cell_is_named(monkeypatch):
         ls.module_source("06_triton_forward")
 
 
+def test_another_trees_solution_loads_beside_this_ones(tmp_path):
+    """--baseline-root of learner_fwd_sweep: an older solution, its own module, run side by side."""
+    import json
+    import shutil
+
+    name = "06_triton_forward"
+    (tmp_path / "solutions" / name).mkdir(parents=True)
+    nb_path = tmp_path / "solutions" / name / f"{name}.ipynb"
+    shutil.copy(ls.REPO / "solutions" / name / f"{name}.ipynb", nb_path)
+    nb = json.loads(nb_path.read_text())
+    for cell in nb["cells"]:
+        if (cell["metadata"].get("nbgrader") or {}).get("grade_id") == "attention_fwd":
+            cell["source"] = "".join(cell["source"]) + "\n\nOLDER_TREE = True\n"
+    nb_path.write_text(json.dumps(nb))
+    ours, older = ls.load(name), ls.load(name, tmp_path)
+    assert older is not ours and older.__name__ != ours.__name__
+    assert older.OLDER_TREE and not hasattr(ours, "OLDER_TREE")
+    q, k, v = (t.detach() for t in _inputs(20, 20, 16, seed=5))
+    torch.testing.assert_close(older.attention_fwd(q, k, v)[0], ours.attention_fwd(q, k, v)[0])
+
+
+def test_the_forward_sweep_tries_each_family_config_with_and_without_its_cap():
+    from benchmarks.learner_fwd_sweep import family_configs
+    from course_utils.triton_attention.forward import CONFIG_FAMILIES
+
+    for d, family in ((64, CONFIG_FAMILIES["d<=64"]), (128, CONFIG_FAMILIES["d<=128"])):
+        pairs = list(family_configs(d))
+        configs = dict(pairs)
+        assert len(configs) == len(pairs)  # each once
+        expected = {f"{bm}x{bn}-w{w}-s{s}" for bm, bn, w, s, _ in family}
+        expected |= {f"{bm}x{bn}-w{w}-s{s}-r{r}" for bm, bn, w, s, r in family if r}
+        assert set(configs) == expected
+        for bm, bn, w, s, regs in family:
+            label = f"{bm}x{bn}-w{w}-s{s}"
+            assert configs[label + (f"-r{regs}" if regs else "")].maxnreg == regs
+            assert tuple(configs[label]) == (bm, bn, w, s) and configs[label].maxnreg is None
+
+
 def _inputs(n_q, n_k, d, seed):
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(1, 2, n_q, d, generator=gen)

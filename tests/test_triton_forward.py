@@ -291,3 +291,46 @@ def test_gpu_autotuned_path_for_each_dtype():
         gen = make_generator("autotuned", dtype)
         q, k, v = make_qkv(gen, 2, 4, 777, 777, 128, dtype)
         check_against_reference(q, k, v, True, GPU_TOL[dtype])
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_gpu_descriptors_from_a_fresh_thread_and_from_backward():
+    """Tensor descriptors need a current CUDA context; a new thread (a user's worker, autograd's
+    backward thread, where a learner may recompute the forward) has none until a runtime call."""
+    import threading
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("tensor descriptors (TMA) need a Hopper GPU")
+    gen = make_generator("thread", torch.bfloat16)
+    q, k, v = make_qkv(gen, 1, 2, 100, 130, 64, torch.bfloat16)
+    expected, _ = launch_flash_attention_fwd(q, k, v, False, tma=True)
+    found = {}
+
+    def worker():
+        try:
+            found["out"] = launch_flash_attention_fwd(q, k, v, False, tma=True)[0]
+            torch.cuda.synchronize()
+        except Exception as e:  # the failure is reported below, in the test's thread
+            found["error"] = e
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert "error" not in found, f"forward in a fresh thread: {found.get('error')!r}"
+    torch.testing.assert_close(found["out"], expected, rtol=0, atol=0)
+
+    class RecomputesInBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            ctx.save_for_backward(q, k, v)
+            return flash_attention_fwd(q, k, v, False)[0]
+
+        @staticmethod
+        def backward(ctx, dout):  # runs on autograd's device thread
+            out = launch_flash_attention_fwd(*ctx.saved_tensors, False, tma=True)[0]
+            return out * 0 + dout[..., :1].sum(), None, None
+
+    qg = q.detach().requires_grad_()
+    (dq,) = torch.autograd.grad(RecomputesInBackward.apply(qg, k, v).sum(), qg)
+    assert torch.isfinite(dq).all()

@@ -148,10 +148,30 @@ def test_tile_config_on_hopper_is_the_autotuners_first_choice():
 
     for d in (64, 128):
         fwd = forward.CONFIG_FAMILIES[forward._family(d, torch.bfloat16)][0]
-        assert tuple(T.tile_config((9, 0), d, torch.bfloat16, "fwd")) == fwd[:4]
+        config = T.tile_config((9, 0), d, torch.bfloat16, "fwd")
+        assert tuple(config) == fwd[:4]
+        assert config.maxnreg == fwd[4]  # the register cap comes with it (two programs per SM)
         for pass_, families in (("dkdv", backward.DKDV_FAMILIES), ("dq", backward.DQ_FAMILIES)):
             first = families[backward._family(d, torch.bfloat16)][0]
             assert tuple(T.tile_config((9, 0), d, torch.bfloat16, pass_)) == first
+
+
+def test_tile_config_unpacks_to_four_and_gives_its_launch_options():
+    """bm, bn, warps, stages = config still works; the cap travels as an attribute and in
+    launch_options(), and survives a copy (pickle: the autotuning workers)."""
+    import pickle
+
+    config = T.tile_config((9, 0), 64, torch.bfloat16)
+    bm, bn, warps, stages = config
+    assert config.launch_options() == {
+        "num_warps": warps,
+        "num_stages": stages,
+        "maxnreg": config.maxnreg,
+    }
+    assert config.maxnreg is not None and "maxnreg=" in repr(config)
+    assert pickle.loads(pickle.dumps(config)).maxnreg == config.maxnreg
+    t4 = T.tile_config((7, 5), 64, torch.float16)
+    assert t4.maxnreg is None and t4.launch_options()["num_stages"] == 1
 
 
 def test_tile_config_is_computed_once_per_question_and_errors_every_time():

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import course_utils.triton_attention as ta  # noqa: F401  (the interpreter, before triton)
 from benchmarks import learner_solutions
@@ -124,9 +125,9 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
 
     out = []
 
-    def add(nb, label, fn, types, constexprs, cap, warps=4, stages=3):
+    def add(nb, label, fn, types, constexprs, cap, warps=4, stages=3, maxnreg=None):
         sig = _sig(fn, types, constexprs)
-        job = T._job(fn, sig, constexprs, cap, warps, stages, None, None)
+        job = T._job(fn, sig, constexprs, cap, warps, stages, maxnreg, None)
         out.append((nb, label, f"sm_{T.chip(cap).sm}", job))
 
     a06 = m["answers06"]
@@ -169,7 +170,8 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
         attn = {f"{x}_ptr": f"*{t}" for x in ("q", "k", "v", "out")}
         attn |= {"lse_ptr": "*fp32", "qk_scale": "fp32"}
         for d in (64, 128):
-            bm, bn, w, st = T.tile_config(cap, d, dt)  # the solution launcher's GPU tiles
+            config = T.tile_config(cap, d, dt)  # the solution launcher's launch on that GPU
+            bm, bn, w, st = config
             for causal in (False, True):
                 add(
                     "06",
@@ -180,6 +182,7 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
                     cap,
                     w,
                     st,
+                    config.maxnreg,
                 )
         # learner.py's skeleton with a right step and finalize
         s06 = m["sol06_skeleton"]
@@ -323,6 +326,19 @@ def test_every_learner_kernel_compiles_and_fits(compiled):
         )
         if cap < (8, 0):
             assert "bf16" not in label, f"{label}: bfloat16 on {target}"
+
+
+def test_the_solution_forward_keeps_to_its_register_cap_on_hopper(compiled):
+    """Notebook 06's launcher passes tile_config's cap: on sm_90 the kernel is built within it
+    (so two programs share an SM), without it it would take about 190 registers a thread."""
+    for d in (64, 128):
+        cap = T.tile_config((9, 0), d, torch.bfloat16).maxnreg
+        assert cap is not None
+        for causal in (False, True):
+            c = compiled[(f"attention_fwd_kernel d={d} causal={causal} bf16", "sm_90")]
+            if c.n_regs is None:
+                pytest.skip("no cuobjdump: the register count is unknown")
+            assert c.n_regs <= cap, (d, causal, c.n_regs, cap)
 
 
 def test_notebooks_kernels_are_all_there(compiled):

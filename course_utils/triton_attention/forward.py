@@ -20,6 +20,7 @@ and reads the N x N scores.
 from __future__ import annotations
 
 import functools
+import threading
 
 import torch
 import triton
@@ -325,6 +326,26 @@ def _autotuned_kernel(dtype: torch.dtype):
     )(_attn_fwd_kernel)
 
 
+_CONTEXT_BOUND = threading.local()  # .devices: the device indices bound in this thread
+
+
+def _bind_cuda_context(device: torch.device) -> None:
+    """Make the device's CUDA context current in this thread, once per thread and device.
+
+    Triton encodes a launch's tensor descriptors with the driver API before its launcher makes a
+    context current; in a thread that has made no CUDA runtime call yet (autograd's backward
+    thread, a user's worker thread) none is, and the driver refuses with "Failed to create tensor
+    map descriptor: invalid device context". One runtime call binds the primary context.
+    """
+    devices = getattr(_CONTEXT_BOUND, "devices", None)
+    if devices is None:
+        devices = _CONTEXT_BOUND.devices = set()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in devices:
+        torch.cuda.synchronize(index)  # a runtime call: binds the primary context to the thread
+        devices.add(index)
+
+
 def _tma_possible(q, k, v, out) -> bool:
     """Host-made descriptors over (B*H, N, d) need (batch, heads) to fold into one dimension and
     16-byte aligned data pointers and strides."""
@@ -463,6 +484,8 @@ def launch_flash_attention_fwd(
             "strides for q, k, v and out"
         )
     if tma:
+        if not INTERPRETER:
+            _bind_cuda_context(q.device)
         # 3-D descriptors over (batch * heads, N, d); _set_descriptor_blocks sets their tiles.
         q_arg, k_arg, v_arg, out_arg = (
             TensorDescriptor(t, [batch * heads, t.shape[2], d], list(t.stride()[1:]), [1, 1, 1])

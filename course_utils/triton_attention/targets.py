@@ -197,13 +197,37 @@ def chip_shared_budget(
     return shared_budget(pass_, block_m, block_n, _block_d(d), 4, 1, fma=True)
 
 
-class TileConfig(NamedTuple):
-    """A launch configuration: a tuple (BLOCK_M, BLOCK_N, num_warps, num_stages)."""
-
+class _Tiles(NamedTuple):
     BLOCK_M: int
     BLOCK_N: int
     num_warps: int
     num_stages: int
+
+
+class TileConfig(_Tiles):
+    """A launch configuration: a tuple (BLOCK_M, BLOCK_N, num_warps, num_stages), and beside it
+    `maxnreg`, the cap on registers per thread (None: no cap).
+
+    The cap is not an item of the tuple, so `bm, bn, warps, stages = config` reads the four; it is
+    what lets two or three programs share a multiprocessor (a program of 8 warps at 193
+    registers a thread fills one SM of Hopper alone; at 128 two fit). Notebook 06's forward on an
+    H200 ran 1.1 to 1.5 times as fast with it as without (benchmarks/RESULTS.md, "register
+    cap"). Pass it to the launch with the rest: `kernel[grid](..., **config.launch_options())`.
+    """
+
+    maxnreg: int | None
+
+    def __new__(cls, BLOCK_M, BLOCK_N, num_warps, num_stages, maxnreg=None):  # noqa: N803
+        self = super().__new__(cls, BLOCK_M, BLOCK_N, num_warps, num_stages)
+        self.maxnreg = maxnreg
+        return self
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()[:-1]}, maxnreg={self.maxnreg})"
+
+    def launch_options(self) -> dict:
+        """num_warps, num_stages and maxnreg, as keyword arguments of a kernel launch."""
+        return {"num_warps": self.num_warps, "num_stages": self.num_stages, "maxnreg": self.maxnreg}
 
 
 # Tiles for chips without tensor cores in Triton (sm_75), (BLOCK_M, BLOCK_N, num_warps), by the
@@ -282,7 +306,7 @@ def _fitting_config(c: Chip, d: int, dtype: torch.dtype, pass_: str) -> TileConf
 
     fits = [cfg for cfg in family if shared(cfg) <= c.shared_optin]
     if fits:
-        return TileConfig(*fits[0][:4])
+        return TileConfig(*fits[0][:5])  # the register cap too, where the family has one
     # None fits (a chip with less shared memory than Hopper): from the smallest tiles of the
     # family, one stage fewer, then the streamed tile halved, then the resident one, down to 16.
     bm, bn, w, s = min(family, key=lambda f: (f[0] * f[1], f[3]))[:4]
