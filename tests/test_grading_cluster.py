@@ -179,3 +179,25 @@ def test_no_scheduler_at_that_address_is_one_clear_line(tmp_path):
     assert got.returncode == 2, got.stdout + got.stderr
     assert "error:" in got.stderr and f"127.0.0.1:{port}" in got.stderr, got.stderr
     assert "Traceback" not in got.stderr
+
+
+def test_the_local_cluster_does_not_profile_the_graders_cores():
+    """Its workers are threads of the client on the grading cores: no statistical profiler, a
+    slow system monitor, and the retry budget of graders.cluster."""
+    import dask
+    from distributed import Client
+
+    from graders import cluster
+
+    local = cluster._local_cluster(1)
+    try:
+        with Client(local) as client:
+            worker = next(iter(local.workers.values()))
+            assert "profile" not in worker.periodic_callbacks  # no sampling every 10 ms
+            assert dask.config.get("distributed.admin.system-monitor.disk") is False
+            assert dask.config.get("distributed.scheduler.allowed-failures") == (
+                cluster.ALLOWED_FAILURES
+            )
+            assert client.submit(sum, [1, 2]).result() == 3
+    finally:
+        local.close()
