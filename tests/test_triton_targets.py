@@ -170,6 +170,8 @@ def test_tile_config_unpacks_to_four_and_gives_its_launch_options():
     }
     assert config.maxnreg is not None and "maxnreg=" in repr(config)
     assert pickle.loads(pickle.dumps(config)).maxnreg == config.maxnreg
+    assert config._replace(BLOCK_N=64).maxnreg == config.maxnreg  # kept through a change
+    assert config._replace(maxnreg=None).maxnreg is None
     t4 = T.tile_config((7, 5), 64, torch.float16)
     assert t4.maxnreg is None and t4.launch_options()["num_stages"] == 1
 

@@ -215,7 +215,7 @@ class TileConfig(_Tiles):
     cap"). Pass it to the launch with the rest: `kernel[grid](..., **config.launch_options())`.
     """
 
-    maxnreg: int | None
+    maxnreg: int | None = None  # the class default, for tuples built without __new__ (_make)
 
     def __new__(cls, BLOCK_M, BLOCK_N, num_warps, num_stages, maxnreg=None):  # noqa: N803
         self = super().__new__(cls, BLOCK_M, BLOCK_N, num_warps, num_stages)
@@ -224,6 +224,11 @@ class TileConfig(_Tiles):
 
     def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, maxnreg={self.maxnreg})"
+
+    def _replace(self, **changes) -> TileConfig:
+        """A copy with some fields changed, the cap (maxnreg=) among them; the cap is kept."""
+        maxnreg = changes.pop("maxnreg", self.maxnreg)
+        return TileConfig(*_Tiles._replace(self, **changes), maxnreg=maxnreg)
 
     def launch_options(self) -> dict:
         """num_warps, num_stages and maxnreg, as keyword arguments of a kernel launch."""
