@@ -105,6 +105,17 @@ def sdpa_fn(backend_name: str, q, k, v, causal: bool):
     return run
 
 
+def sdpa_reference(q, k, v, causal: bool):
+    """The output of the first SDPA backend that runs on these inputs (None if none does): the
+    reference every variant of a point is checked against."""
+    for name in SDPA_BACKENDS:
+        try:
+            return sdpa_fn(name, q, k, v, causal)()
+        except RuntimeError:  # this backend refuses the shape: the next one
+            continue
+    return None
+
+
 def load_learner(spec: str, option: str = "--learner"):
     module_name, _, func_name = spec.partition(":")
     if not func_name:
@@ -252,13 +263,7 @@ def bench_point(d, causal, n, batch, heads, learner, sweep, log) -> tuple[dict |
     )  # (B, H, N, d) each
     flops = attention_flops(batch, heads, n, d, causal)
     log(f"d={d} causal={causal} N={n} B={batch} H={heads}: {flops / 1e12:.2f} TFLOP")
-    ref = None
-    for name in SDPA_BACKENDS:  # the first backend that runs gives the reference output
-        try:
-            ref = sdpa_fn(name, q, k, v, causal)()
-            break
-        except RuntimeError:
-            continue
+    ref = sdpa_reference(q, k, v, causal)
     if ref is None:
         log("    no SDPA backend ran; skipping this point")
         return None, []

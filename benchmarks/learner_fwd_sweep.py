@@ -27,6 +27,7 @@ from benchmarks.attention import (
     measure,
     nvidia_smi,
     sdpa_fn,
+    sdpa_reference,
     versions,
 )
 
@@ -57,7 +58,9 @@ def time_point(d, causal, n, batch, heads, mod, base, picked) -> dict:
         for _ in range(3)
     )  # (B, H, N, d) each
     flops = attention_flops(batch, heads, n, d, causal)
-    ref = sdpa_fn("cudnn", q, k, v, causal)()
+    ref = sdpa_reference(q, k, v, causal)
+    if ref is None:
+        raise SystemExit(f"no SDPA backend runs at d={d} causal={causal} N={n}: no reference")
     variants = {"course": lambda: flash_attention_fwd(q, k, v, causal)}
     variants |= {name: sdpa_fn(name, q, k, v, causal) for name in SDPA_BACKENDS}
     if base is not None:
@@ -71,6 +74,29 @@ def time_point(d, causal, n, batch, heads, mod, base, picked) -> dict:
         point[name] = measure(name, variants["solution"], ref, flops, print)["tflops"]
     picked.clear()
     return point
+
+
+def tables(rows: list[tuple[str, dict]], head_dims) -> str:
+    """One markdown table of TFLOP/s per head dimension (its family, so its columns, differ),
+    each followed by every variant's ratio to the course kernel: geometric mean (minimum).
+    rows: (label "d=64 causal=False N=1024", {variant: TFLOP/s}) per point."""
+    lines = ["TFLOP/s, bf16; ratio = variant / course, geometric mean (minimum) over the points"]
+    for d in head_dims:
+        mine = [(label, p) for label, p in rows if label.startswith(f"d={d} ")]
+        if not mine:
+            continue
+        names = list(mine[0][1])
+        lines += ["", "| point | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+        lines += [
+            f"| {label} | " + " | ".join(f"{p[x]:.0f}" for x in names) + " |" for label, p in mine
+        ]
+        ratios = {x: [p[x] / p["course"] for _, p in mine] for x in names if x != "course"}
+        lines += [
+            "",
+            f"d={d}: "
+            + ", ".join(f"{x} {geomean(r):.2f} ({min(r):.2f})" for x, r in ratios.items()),
+        ]
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
@@ -102,19 +128,7 @@ def main(argv=None) -> int:
         print(f"{label} B={batch} H={heads}", flush=True)
         rows.append((label, time_point(d, causal, n, batch, heads, mod, base, picked)))
 
-    print("\nTFLOP/s, bf16; ratio = variant / course, geometric mean (minimum) over the points")
-    for d in args.d:  # the family, so the columns, differ between head dimensions
-        mine = [(label, p) for label, p in rows if label.startswith(f"d={d} ")]
-        names = list(mine[0][1])
-        print("\n| point | " + " | ".join(names) + " |")
-        print("|---" * (len(names) + 1) + "|")
-        for label, point in mine:
-            print(f"| {label} | " + " | ".join(f"{point[x]:.0f}" for x in names) + " |")
-        ratios = {x: [p[x] / p["course"] for _, p in mine] for x in names if x != "course"}
-        print(
-            f"\nd={d}: "
-            + ", ".join(f"{x} {geomean(r):.2f} ({min(r):.2f})" for x, r in ratios.items())
-        )
+    print(tables(rows, args.d))
     return 0
 
 

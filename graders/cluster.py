@@ -143,18 +143,22 @@ def _local_cluster(workers: int):
     import dask
     from distributed import LocalCluster
 
-    dask.config.set({"distributed.scheduler.allowed-failures": ALLOWED_FAILURES, **LOCAL_QUIET})
     # workers as threads of this process: each task already runs in a grading process of its
     # own (graders/worker.py), so worker processes would only add their start (measured on 2
-    # cores: 15 to 35 s more for one student's notebooks); a real cluster's workers are processes
-    return LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=False,
-        memory_limit=0,  # each notebook's grader caps its own memory (graders/worker.py)
-        dashboard_address="127.0.0.1:0",
-        silence_logs=logging.ERROR,
-    )
+    # cores: 15 to 35 s more for one student's notebooks); a real cluster's workers are processes.
+    # The settings are read while the scheduler and workers start: set for that only, so that
+    # the caller's own dask (an instructor's notebook) keeps its configuration.
+    with dask.config.set(
+        {"distributed.scheduler.allowed-failures": ALLOWED_FAILURES, **LOCAL_QUIET}
+    ):
+        return LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=False,
+            memory_limit=0,  # each notebook's grader caps its own memory (graders/worker.py)
+            dashboard_address="127.0.0.1:0",
+            silence_logs=logging.ERROR,
+        )
 
 
 def _failed(job: dict, why: str) -> dict:

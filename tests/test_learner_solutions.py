@@ -72,6 +72,34 @@ def test_the_forward_sweep_tries_each_family_config_with_and_without_its_cap():
             assert tuple(configs[label]) == (bm, bn, w, s) and configs[label].maxnreg is None
 
 
+def test_the_forward_sweep_tables_one_per_head_dim_with_ratios_to_the_course():
+    """The two families have different configs, so different columns: one table each."""
+    from benchmarks.learner_fwd_sweep import tables
+
+    rows = [
+        ("d=64 causal=False N=1024", {"course": 400.0, "cudnn": 440.0, "128x128-w8-s2": 200.0}),
+        ("d=64 causal=True N=1024", {"course": 300.0, "cudnn": 330.0, "128x128-w8-s2": 300.0}),
+        ("d=128 causal=False N=1024", {"course": 500.0, "128x64-w8-s3": 450.0}),
+    ]
+    text = tables(rows, [64, 128])
+    assert text.count("| point |") == 2
+    assert "| point | course | cudnn | 128x128-w8-s2 |" in text
+    assert "| point | course | 128x64-w8-s3 |" in text
+    assert "| d=128 causal=False N=1024 | 500 | 450 |" in text
+    # 128x128-w8-s2 at d = 64: ratios 0.5 and 1.0, geometric mean 0.71, minimum 0.50
+    assert "d=64: cudnn 1.10 (1.10), 128x128-w8-s2 0.71 (0.50)" in text
+    assert "d=128: 128x64-w8-s3 0.90 (0.90)" in text
+
+
+def test_the_sdpa_reference_is_the_first_backend_that_runs():
+    from benchmarks.attention import sdpa_reference
+
+    q, k, v = (t.detach() for t in _inputs(24, 24, 16, seed=6))
+    ref = sdpa_reference(q, k, v, True)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert ref is not None and rel(ref, expected) < 1e-5
+
+
 def _inputs(n_q, n_k, d, seed):
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(1, 2, n_q, d, generator=gen)
