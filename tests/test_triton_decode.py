@@ -186,15 +186,30 @@ def test_bad_page_size_and_splits():
         flash_decode(q, k, v, table, lens, softmax_scale=-1.0)
 
 
+def test_pdl_only_where_the_gpu_has_it():
+    q, k, v, table, lens = _inputs()
+    if not ta.decode.pdl_supported(q.device):
+        with pytest.raises(ValueError, match="pdl=True needs a CUDA GPU of compute capability 9"):
+            flash_decode(q, k, v, table, lens, pdl=True)
+    out, lse = flash_decode(q, k, v, table, lens, pdl=False)
+    out_default, lse_default = flash_decode(q, k, v, table, lens)  # pdl where supported
+    torch.testing.assert_close(out_default, out, rtol=0, atol=0)
+    torch.testing.assert_close(lse_default, lse, rtol=0, atol=0)
+
+
 def test_choose_num_splits_follows_the_sm_fill_model():
-    # batch 1, 8 KV heads, 64k tokens: 8 caches cannot fill 132 SMs, so FEW_SEQUENCES_TUNING's
-    # four programs per SM -> ceil(4 * 132 / 8) = 66 splits
+    # batch 1, 8 KV heads, 64k tokens: 8 caches cannot fill 132 SMs, so as many splits as keep
+    # every SM at 4 programs: floor(4 * 132 / 8) = 66
     assert choose_num_splits(1, 8, 65536, 16, sms=132) == 66
+    # rounded down, never past 4 programs on an SM: 32 KV heads -> floor(528 / 32) = 16, not 17
+    assert choose_num_splits(1, 32, 65536, 16, sms=132) == 16
+    assert 1 * 32 * choose_num_splits(1, 32, 65536, 16, sms=132) <= 4 * 132
     # the same with the model's other settings given
     assert choose_num_splits(1, 8, 65536, 16, sms=132, programs_per_sm=2) == 33
-    # 8 * 32 = 256 caches fill the SMs: DEFAULT_TUNING's two per SM -> ceil(264 / 256) = 2
+    # 8 * 32 = 256 caches fill the SMs: floor(528 / 256) = 2
     assert choose_num_splits(8, 32, 65536, 16, sms=132) == 2
-    # a full grid without splitting: one split
+    # a grid past 4 programs per SM without splitting: one split
+    assert choose_num_splits(64, 8, 65536, 16, sms=132) == 1
     assert choose_num_splits(128, 8, 65536, 16, sms=132) == 1
     # short caches: chunks of at least 256 tokens
     assert choose_num_splits(1, 8, 1024, 16, sms=132) == 4

@@ -45,8 +45,6 @@ bfloat16 wrongly), out cast back.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
@@ -63,23 +61,25 @@ NOMINAL_SMS = 132  # an H100's SM count: the model's GPU when there is none (the
 MIN_ROWS = 16  # tl.dot needs at least 16 rows: a group of query heads is padded up to this
 
 # Two regimes, timed on the H200 with CUDA graph replays (2026-12-02, benchmarks/RESULTS.md,
-# decode runs 3 to 5 and the sweep).
+# decode runs 3 to 8 and the sweeps).
 DEFAULT_TUNING = {  # batch * kv_heads >= SMs: the grid fills the GPU with little or no split
     "tile_tokens": 64,  # pages_per_tile = max(1, tile_tokens // page_size) unless given
     "num_warps": 4,
     "num_stages": 2,
-    # num_splits aims at this many programs per SM, and no chunk shorter than this
-    "programs_per_sm": 2,
+    # num_splits: as many as keep every SM at no more than this many programs (one wave: the
+    # kernel fits 4 to 5 programs on an SM), and no chunk shorter than min_tokens_per_split
+    "programs_per_sm": 4,
     "min_tokens_per_split": 256,
 }
-# batch * kv_heads < SMs: the splits make the grid, and each program streams a short chunk, so
-# deeper pipelining of smaller tiles and more programs per SM keep more bytes in flight. Batch 1,
-# 32 KV heads, 64k: 3,704 GB/s against 3,553 with DEFAULT_TUNING; at batch 8 and 32 KV heads the
-# same settings fell from 4,422 to 3,196 GB/s, hence the two regimes.
+# batch * kv_heads < SMs: the splits make the grid, and each program streams a chunk of its own, so
+# smaller tiles pipelined deeper keep more bytes in flight per program. The software pipeline
+# spends one stage on the block-table load that K and V's addresses wait for: 3 stages keep one
+# K/V tile in flight ahead of the one being used, 5 keep two (sm_90, 32-token tiles: 21.6 KB of
+# shared memory at 3 and 4 stages, 38 KB at 5 and 6).
 FEW_SEQUENCES_TUNING = {
     "tile_tokens": 32,
     "num_warps": 4,
-    "num_stages": 3,
+    "num_stages": 5,
     "programs_per_sm": 4,
     "min_tokens_per_split": 256,
 }
@@ -120,8 +120,13 @@ def _decode_partials_kernel(
     BLOCK_D: tl.constexpr,  # d rounded up to a power of two
     PAGE_SIZE: tl.constexpr,  # tokens per page
     BLOCK_N: tl.constexpr,  # tokens per K/V tile: PAGES_PER_TILE * PAGE_SIZE
+    USE_PDL: tl.constexpr,  # programmatic dependent launch of the merge (Hopper and later)
 ):
     """(out, lse) of one chunk of one sequence's cache for the GROUP query heads of a KV head."""
+    if USE_PDL:
+        # the merge kernel may be launched once every program of this grid has started; its
+        # programs wait (gdc_wait) for this grid to finish before they read a partial
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     split = tl.program_id(1)
     b = pid // kv_heads
@@ -196,8 +201,11 @@ def _decode_merge_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_S: tl.constexpr,  # num_splits rounded up to a power of two
+    USE_PDL: tl.constexpr,  # launched before the partials kernel ended: wait for its writes
 ):
     """lse = log sum_s e^lse_s, out = sum_s e^(lse_s - lse) out_s for one (sequence, head)."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()  # every partial is written and visible after this
     row = tl.program_id(0).to(tl.int64)  # b * q_heads + h
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
@@ -222,6 +230,14 @@ def _decode_merge_kernel(
 # ---- the host side -----------------------------------------------------------------------------
 
 
+def pdl_supported(device: torch.device | str | None = None) -> bool:
+    """Programmatic dependent launch: on a CUDA GPU of compute capability 9 (Hopper) or later,
+    never in the interpreter."""
+    if INTERPRETER or not torch.cuda.is_available():
+        return False
+    return torch.cuda.get_device_capability(device or "cuda")[0] >= 9
+
+
 def num_sms(device: torch.device | str | None = None) -> int:
     """The SM count of the CUDA device, or NOMINAL_SMS (132, an H100) without one."""
     if INTERPRETER or not torch.cuda.is_available():
@@ -242,13 +258,19 @@ def choose_num_splits(
     """num_splits from notebook 05's SM-fill model, used for real.
 
     Without splitting the grid has batch * kv_heads programs; decode is memory-bound, and an SM
-    with no program pulls no bytes. So split each cache until the grid has about
-    programs_per_sm * sms programs (several per SM keep loads in flight while others wait),
+    with no program pulls no bytes. So split each cache into as many chunks as keep the grid
+    within programs_per_sm programs on every SM (several per SM keep loads in flight while
+    others wait; all of them run at once, in one wave),
 
-        num_splits = ceil(programs_per_sm * sms / (batch * kv_heads)),
+        num_splits = floor(programs_per_sm * sms / (batch * kv_heads)),   at least 1,
 
     but no further than chunks of min_tokens_per_split tokens (whole pages): a short chunk's
     program spends more on its start and its partial's write and merge than it streams.
+
+    Rounded down, not up: one program more than programs_per_sm * sms puts a fifth program on
+    some SMs, and the step waits for the slowest SM. Measured on an H200 (132 SMs, batch 1, 32
+    KV heads): 16 splits (512 programs) read 0.91 of the copy bandwidth at 64k tokens, 17
+    splits (544) 0.89 and 33 splits (1,056) 0.85.
 
     Args:
         batch, kv_heads: the grid without splitting is batch * kv_heads programs.
@@ -271,7 +293,7 @@ def choose_num_splits(
     min_tokens = (
         tuning["min_tokens_per_split"] if min_tokens_per_split is None else min_tokens_per_split
     )
-    wanted = math.ceil(per_sm * sms / (batch * kv_heads))
+    wanted = int(per_sm * sms) // (batch * kv_heads)
     pages = -(-max_seq_len // page_size)
     min_pages = max(1, -(-min_tokens // page_size))
     most = max(1, pages // min_pages)  # chunks of at least min_pages pages
@@ -407,6 +429,7 @@ def flash_decode(
     num_stages: int | None = None,
     check_values: bool = True,
     partials: tuple[torch.Tensor, torch.Tensor] | None = None,
+    pdl: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode attention over a paged KV cache: out[b, h] = softmax(tau q[b, h] K_b^T) V_b.
 
@@ -431,6 +454,8 @@ def flash_decode(
             benchmark that checked once may turn it off.
         partials: (out_partial, lse_partial) float32 buffers of shapes (batch, q_heads,
             num_splits, d) and (batch, q_heads, num_splits) to reuse (default: new ones).
+        pdl: launch the merge kernel with programmatic dependent launch, so its launch overlaps
+            the partials kernel's end (default: pdl_supported(q.device), Hopper or later).
 
     Returns:
         out: (batch, q_heads, d), q's dtype (0 where seq_lens[b] = 0).
@@ -453,6 +478,12 @@ def flash_decode(
         raise ValueError(f"pages_per_tile must be a power of two, got {pages_per_tile}")
     num_warps = _positive_int(num_warps or tuning["num_warps"], "num_warps")
     num_stages = _positive_int(num_stages or tuning["num_stages"], "num_stages")
+    pdl = pdl_supported(q.device) if pdl is None else bool(pdl)
+    if pdl and not pdl_supported(q.device):
+        raise ValueError(
+            "pdl=True needs a CUDA GPU of compute capability 9.0 or later (programmatic "
+            "dependent launch); leave pdl=None to use it where it exists"
+        )
 
     out = torch.empty_like(q)
     lse = torch.empty((batch, q_heads), dtype=torch.float32, device=q.device)
@@ -491,12 +522,14 @@ def flash_decode(
         kv_heads, num_splits, pages_per_split(max_pages, num_splits), tau * LOG2E,
         GROUP=group, BLOCK_H=max(MIN_ROWS, triton.next_power_of_2(group)), HEAD_DIM=d,
         BLOCK_D=max(16, triton.next_power_of_2(d)), PAGE_SIZE=page_size,
-        BLOCK_N=page_size * pages_per_tile, num_warps=num_warps, num_stages=num_stages,
+        BLOCK_N=page_size * pages_per_tile, USE_PDL=pdl, num_warps=num_warps,
+        num_stages=num_stages,
     )  # fmt: skip
     _decode_merge_kernel[(batch * q_heads,)](
         out_part, lse_part, out, lse, out.stride(0), out.stride(1), q_heads, num_splits,
         HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)),
-        BLOCK_S=max(2, triton.next_power_of_2(num_splits)), num_warps=4,
+        BLOCK_S=max(2, triton.next_power_of_2(num_splits)), USE_PDL=pdl, num_warps=4,
+        **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
     return out, lse
 
