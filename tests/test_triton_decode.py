@@ -187,6 +187,8 @@ def test_bad_page_size_and_splits():
 
 
 def test_pdl_only_where_the_gpu_has_it():
+    assert ta.decode.pdl_capable((9, 0)) and ta.decode.pdl_capable((10, 0))
+    assert not ta.decode.pdl_capable((8, 9)) and not ta.decode.pdl_capable((7, 5))
     q, k, v, table, lens = _inputs()
     if not ta.decode.pdl_supported(q.device):
         with pytest.raises(ValueError, match="pdl=True needs a CUDA GPU of compute capability 9"):

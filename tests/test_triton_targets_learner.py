@@ -275,6 +275,7 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
                     BLOCK_D=d,
                     PAGE_SIZE=page,
                     BLOCK_N=page * max(1, tune["tile_tokens"] // page),
+                    USE_PDL=decode.pdl_capable(cap),  # what flash_decode passes on that chip
                 ),
                 cap,
                 tune["num_warps"],
@@ -285,7 +286,7 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
             f"_decode_merge_kernel {t}",
             decode._decode_merge_kernel,
             dec,
-            dict(HEAD_DIM=d, BLOCK_D=d, BLOCK_S=16),
+            dict(HEAD_DIM=d, BLOCK_D=d, BLOCK_S=16, USE_PDL=decode.pdl_capable(cap)),
             cap,
         )
     return out  # fmt: skip

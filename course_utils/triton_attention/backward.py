@@ -98,6 +98,26 @@ def _attn_bwd_preprocess_kernel(
 
 
 @triton.jit
+def _load_query_tile(
+    q_src, do_src, lse_src, delta_src,  # one head's Q, dO (seqlen_q, HEAD_DIM), lse, D (seqlen_q,)
+    start_m, seqlen_q,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    MASKED: tl.constexpr,  # the tile may run past seqlen_q
+):  # fmt: skip
+    """Q_i, dO_i (BLOCK_M, BLOCK_D) and lse_i, D_i (BLOCK_M,) of the query tile at start_m."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    q = _load_rows(q_src, start_m, seqlen_q, BLOCK_M, HEAD_DIM, BLOCK_D, MASKED)
+    do = _load_rows(do_src, start_m, seqlen_q, BLOCK_M, HEAD_DIM, BLOCK_D, MASKED)
+    if MASKED:
+        lse = tl.load(lse_src + offs_m, mask=offs_m < seqlen_q, other=0.0)
+        delta = tl.load(delta_src + offs_m, mask=offs_m < seqlen_q, other=0.0)
+    else:
+        lse = tl.load(lse_src + offs_m)
+        delta = tl.load(delta_src + offs_m)
+    return q, do, lse, delta
+
+
+@triton.jit
 def _attn_bwd_dkdv_inner(
     dk,  # (BLOCK_N, BLOCK_D) fp32: sum_i dS_ij^T Q_i, not yet times softmax_scale
     dv,  # (BLOCK_N, BLOCK_D) fp32: sum_i P_ij^T dO_i
@@ -122,14 +142,9 @@ def _attn_bwd_dkdv_inner(
     for start_m in tl.range(lo, hi, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         offs_m = start_m + tl.arange(0, BLOCK_M)
-        q = _load_rows(q_src, start_m, seqlen_q, BLOCK_M, HEAD_DIM, BLOCK_D, MASKED)  # BLOCK_M*d
-        do = _load_rows(do_src, start_m, seqlen_q, BLOCK_M, HEAD_DIM, BLOCK_D, MASKED)  # BLOCK_M*d
-        if MASKED:
-            lse = tl.load(lse_src + offs_m, mask=offs_m < seqlen_q, other=0.0)
-            delta = tl.load(delta_src + offs_m, mask=offs_m < seqlen_q, other=0.0)
-        else:
-            lse = tl.load(lse_src + offs_m)
-            delta = tl.load(delta_src + offs_m)
+        q, do, lse, delta = _load_query_tile(
+            q_src, do_src, lse_src, delta_src, start_m, seqlen_q, HEAD_DIM, BLOCK_D, BLOCK_M, MASKED
+        )  # read 2 * BLOCK_M * d + 2 * BLOCK_M
         # Transposed scores, keys along rows: (BLOCK_N, BLOCK_M), so P^T feeds dV = P^T dO as is.
         s_t = tl.dot(k, tl.trans(q)) * qk_scale  # log2 units
         if MASKED:
@@ -143,6 +158,26 @@ def _attn_bwd_dkdv_inner(
         ds_t = p_t * (dp_t - delta[None, :])  # dS^T = P^T * (dP^T - D)
         dk = tl.dot(ds_t.to(q.dtype), q, dk)  # dK_j += dS^T Q
     return dk, dv
+
+
+@triton.jit
+def _query_phases(start_n, seqlen_q, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  CAUSAL: tl.constexpr):  # fmt: skip
+    """The query ranges a key tile at start_n streams: (diag_end, full_start, full_end,
+    ragged_start). Causal: queries below start_n see none of its keys (skipped); the diagonal
+    block, queries start_n .. diag_end, is masked; the queries after it see every key. Then the
+    unmasked query tiles full_start .. full_end and the ragged last one, from ragged_start.
+    """
+    full_end = (seqlen_q // BLOCK_M) * BLOCK_M  # query tiles that lie inside seqlen_q
+    if CAUSAL:
+        diag_end = tl.minimum(start_n + BLOCK_N, seqlen_q)
+        full_start = start_n + BLOCK_N
+        ragged_start = tl.maximum(full_start, full_end)
+    else:
+        diag_end = start_n
+        full_start = 0
+        ragged_start = full_end
+    return diag_end, full_start, full_end, ragged_start
 
 
 @triton.jit
@@ -181,20 +216,14 @@ def _attn_bwd_dkdv_kernel(
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
     # Keys past seqlen_k were loaded as zeros; their rows of dK, dV are computed but not stored.
-    full_end = (seqlen_q // BLOCK_M) * BLOCK_M  # query tiles that lie inside seqlen_q
+    diag_end, full_start, full_end, ragged_start = _query_phases(
+        start_n, seqlen_q, BLOCK_M, BLOCK_N, CAUSAL
+    )
     if CAUSAL:
-        # Queries below start_n see none of these keys: skipped. The diagonal block (queries
-        # start_n .. start_n + BLOCK_N) is masked; the queries after it see every key of the tile.
-        diag_end = tl.minimum(start_n + BLOCK_N, seqlen_q)
         dk, dv = _attn_bwd_dkdv_inner(
             dk, dv, k, v, q_src, do_src, lse_src, delta_src, start_n, diag_end, offs_n,
             seqlen_q, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, CAUSAL, True,
         )  # fmt: skip
-        full_start = start_n + BLOCK_N
-        ragged_start = tl.maximum(full_start, full_end)
-    else:
-        full_start = 0
-        ragged_start = full_end
     dk, dv = _attn_bwd_dkdv_inner(
         dk, dv, k, v, q_src, do_src, lse_src, delta_src, full_start, full_end, offs_n,
         seqlen_q, qk_scale, HEAD_DIM, BLOCK_D, BLOCK_M, CAUSAL, False,

@@ -230,12 +230,18 @@ def _decode_merge_kernel(
 # ---- the host side -----------------------------------------------------------------------------
 
 
+def pdl_capable(capability: tuple[int, int]) -> bool:
+    """Whether a chip of this compute capability has programmatic dependent launch (sm_90 on):
+    below it the kernels must be compiled with USE_PDL=False (no griddepcontrol instruction)."""
+    return tuple(capability) >= (9, 0)
+
+
 def pdl_supported(device: torch.device | str | None = None) -> bool:
     """Programmatic dependent launch: on a CUDA GPU of compute capability 9 (Hopper) or later,
     never in the interpreter."""
     if INTERPRETER or not torch.cuda.is_available():
         return False
-    return torch.cuda.get_device_capability(device or "cuda")[0] >= 9
+    return pdl_capable(torch.cuda.get_device_capability(device or "cuda"))
 
 
 def num_sms(device: torch.device | str | None = None) -> int:
