@@ -95,6 +95,25 @@ def test_matches_naive_attention(params, dtype):
     _assert_close(out, lse, ref, _tol(dtype))
 
 
+def test_unused_slots_may_hold_nan():
+    # slots past a sequence's length, and pages no sequence uses, hold NaN: nothing may leak
+    case = DecodeCase("nan", 8, 2, 32, 16, (37, 5, 16), 3, "float32", seed=3)
+    tensors, (q, k, v, table, lens) = decode_inputs(case)
+    tensors = [t.to(DEVICE) for t in tensors]
+    q_t, k_t, v_t, table_t, lens_t = tensors
+    k_nan, v_nan = k_t.clone(), v_t.clone()
+    page = k_t.shape[1]
+    used = torch.zeros(k_t.shape[:2], dtype=torch.bool, device=DEVICE)
+    for b, n in enumerate(lens_t.tolist()):
+        for t in range(n):
+            used[table_t[b, t // page], t % page] = True
+    k_nan[~used] = float("nan")
+    v_nan[~used] = float("nan")
+    out, lse = flash_decode(q_t, k_nan, v_nan, table_t, lens_t, num_splits=3)
+    ref = _naive(q, k, v, table, lens)
+    _assert_close(out.double().cpu().numpy(), lse.double().cpu().numpy(), ref, _tol("float32"))
+
+
 @pytest.mark.parametrize("pages_per_tile", [1, 2, 4])
 def test_several_pages_per_tile(pages_per_tile):
     case = DecodeCase("tiles", 4, 2, 32, 16, (75, 16, 1), 2, seed=5)
