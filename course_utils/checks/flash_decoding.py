@@ -758,17 +758,31 @@ def _merge_inputs(case: MergeCase):
     return tensors, (out32.astype(np.float64), lse32.astype(np.float64))
 
 
+def _out_tolerance(lse_partial: np.ndarray) -> float:
+    """The relative error a right float32 merge may make in out: 1e-5, or more for large lse.
+
+    float32 holds an lse near L only to within half an ulp, up to 2^-24 * 2L absolute (2.4e-5 at
+    L = 400), and each weight exp(lse_s - lse) inherits that error as a relative one. A merge that
+    folds the splits in one by one (two at a time, as notebook 02 merges) rounds its running lse
+    once per split: up to num_splits such errors. Every mistake the check names is off by far
+    more (a factor, not a few ulps).
+    """
+    finite = np.abs(lse_partial[np.isfinite(lse_partial)])
+    largest = float(finite.max()) if finite.size else 0.0
+    return max(1e-5, 2.0**-23 * largest * lse_partial.shape[-1])
+
+
 def check_merge_splits(merge_splits: Callable, seed: int | None = 0, trials: int = 4) -> None:
     """Check merge_splits(out_partial, lse_partial) -> (out, lse) on float32 torch tensors.
 
     out_partial: (batch, heads, num_splits, d), lse_partial: (batch, heads, num_splits), natural
     log, -inf (with out 0) for an empty chunk. Expected: out (batch, heads, d), lse (batch, heads)
-    of the float64 lse merge, to a relative error of 1e-5; out 0 and lse -inf where every chunk is
-    empty.
+    of the float64 lse merge, to a relative error of 1e-5 (out: more where float32 cannot do
+    better, see _out_tolerance); out 0 and lse -inf where every chunk is empty.
     """
     name = "merge_splits"
     cases = _merge_cases(seed, trials)
-    tol, match_tol = 1e-5, 1e-4
+    lse_tol, match_tol = 1e-5, 1e-4
     with _nothing_on_stderr():
         for case in cases:
             tensors, args = _merge_inputs(case)
@@ -791,6 +805,7 @@ def check_merge_splits(merge_splits: Callable, seed: int | None = 0, trials: int
                 (0, "out", MERGE_OUT_MISTAKES),
                 (1, "lse", MERGE_LSE_MISTAKES + MERGE_OUT_MISTAKES),
             ):
+                tol = _out_tolerance(args[1]) if which == 0 else lse_tol
                 err = _error(yours[which], expected[which])
                 if err < tol:
                     continue
