@@ -9,8 +9,21 @@ from __future__ import annotations
 
 import torch
 
+from . import INTERPRETER
 from .backward import flash_attention_bwd
-from .forward import launch_flash_attention_fwd
+from .forward import _check_inputs, launch_flash_attention_fwd
+
+
+def _forward(q, k, v, causal, softmax_scale):
+    """(out, lse): the warp-specialized Gluon kernel on Hopper where it takes the shape and is
+    the faster one (`forward_ws.preferred`), the teaching kernel everywhere else."""
+    _check_inputs(q, k, v, causal)
+    if not INTERPRETER:
+        from . import forward_ws
+
+        if forward_ws.preferred(q, k, v, causal):
+            return forward_ws.flash_attention_fwd_ws(q, k, v, causal, softmax_scale)
+    return launch_flash_attention_fwd(q, k, v, causal, softmax_scale)
 
 
 class FlashAttentionFunction(torch.autograd.Function):
@@ -18,7 +31,7 @@ class FlashAttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, softmax_scale):
-        out, lse = launch_flash_attention_fwd(q, k, v, causal, softmax_scale)  # checks the inputs
+        out, lse = _forward(q, k, v, causal, softmax_scale)  # checks the inputs
         ctx.save_for_backward(q, k, v, out, lse)  # 4 N d + N numbers per head, no N x N
         ctx.causal, ctx.softmax_scale = causal, softmax_scale
         return out

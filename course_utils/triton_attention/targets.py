@@ -437,7 +437,11 @@ def _compilable_here(job: dict) -> bool:
     """False where triton.jit made an interpreted function (TRITON_INTERPRET=1 at its import)."""
     import triton
 
-    return isinstance(_kernel_of(job), triton.runtime.jit.JITFunction)
+    kernel = _kernel_of(job)
+    if getattr(kernel, "is_gluon", lambda: False)():
+        # gluon.jit ignores the interpreter, but the gl.* helpers it calls were interpreted
+        return os.environ.get("TRITON_INTERPRET") != "1"
+    return isinstance(kernel, triton.runtime.jit.JITFunction)
 
 
 def _make_source(kernel, signature: dict, constexprs: dict, divisible: tuple, backend):
@@ -449,6 +453,8 @@ def _make_source(kernel, signature: dict, constexprs: dict, divisible: tuple, ba
     """
     from triton.compiler import ASTSource
 
+    if getattr(kernel, "is_gluon", lambda: False)():  # a @gluon.jit kernel (forward_ws)
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     names = list(kernel.arg_names)
     full = {n: ("constexpr" if n in constexprs else signature[n]) for n in names}
     consts = {(names.index(n),): v for n, v in constexprs.items()}
