@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import shlex
+import statistics
 import sys
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from benchmarks.attention import (
     nvidia_smi,
     sdpa_fn,
     sdpa_reference,
+    time_ms,
     versions,
 )
 
@@ -45,65 +48,57 @@ def ring_depths(d: int) -> list[int]:
 
 
 def ratio_columns(points) -> tuple[list[dict], dict]:
-    """For each point the default launch's (`ws`) TFLOP/s over cuDNN's, flash's and the
-    course's, and the best ws variant's over cuDNN's; their geometric means and minima."""
+    """For each point the best Gluon variant's (`s*`) TFLOP/s over cuDNN's, flash's and the
+    course's; their geometric means and minima over the points."""
     rows = []
     for p in points:
         r = p["results"]
-        ws = r["ws"]["tflops"]
-        best = max((v["tflops"] for k, v in r.items() if k.startswith("ws")), default=float("nan"))
-        rows.append(
-            {
-                "cudnn": ws / r["cudnn"]["tflops"],
-                "flash": ws / r["flash"]["tflops"],
-                "course": ws / r["course"]["tflops"],
-                "best/cudnn": best / r["cudnn"]["tflops"],
-            }
-        )
+        best = max((v["tflops"] for k, v in r.items() if k.startswith("s")), default=float("nan"))
+        rows.append({key: best / r[key]["tflops"] for key in ("cudnn", "flash", "course")})
     summary = {}
-    for key in ("cudnn", "flash", "course", "best/cudnn"):
+    for key in ("cudnn", "flash", "course"):
         values = [row[key] for row in rows if row[key] == row[key]]
         summary[key] = (geomean(values), min(values) if values else float("nan"))
     return rows, summary
 
 
 def table(points) -> str:
+    """The markdown table: TFLOP/s of every variant, then the best Gluon variant's ratios."""
     names = sorted({k for p in points for k in p["results"]}, key=_variant_order)
-    head = ["d", "causal", "N", *names, "ws/cuDNN", "ws/flash", "ws/course", "best/cuDNN"]
+    head = ["d", "causal", "N", *names, "best/cuDNN", "best/flash", "best/course"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     rows, summary = ratio_columns(points)
     for p, row in zip(points, rows, strict=True):
         cells = [p["d"], p["causal"], p["n"]]
         cells += [fmt(p["results"].get(v, {}).get("tflops", float("nan"))) for v in names]
-        cells += [fmt(row[key], 2) for key in ("cudnn", "flash", "course", "best/cudnn")]
+        cells += [fmt(row[key], 2) for key in ("cudnn", "flash", "course")]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     lines.append("")
     for key, (gm, lo) in summary.items():
-        name = key if "/" in key else f"ws/{key}"
-        lines.append(f"- {name}: geometric mean {gm:.2f}, lowest {lo:.2f}")
+        lines.append(f"- best Gluon variant / {key}: geometric mean {gm:.2f}, lowest {lo:.2f}")
     return "\n".join(lines)
 
 
 def _variant_order(name: str):
-    order = ["course", "ws", "ws-pp", "ws-alt-s2", "ws-alt-s3", *SDPA_BACKENDS]
+    order = ["course", "s2", "s2-pp", "s3", "s3-pp", "s4", "s4-pp", *SDPA_BACKENDS]
     return order.index(name) if name in order else len(order)
 
 
-def variants(d: int, n: int, causal: bool) -> list[tuple[str, dict]]:
-    """(name, options): `ws` launches as `launch_policy` says (what the autograd function runs),
-    `ws-pp` the same with ping-pong turns, `ws-alt` with the other ring depth."""
-    from course_utils.triton_attention.forward_ws import launch_policy
-
-    policy = launch_policy(d, n, n, causal)
-    other = {2: 3, 3: 2, 4: 3}[policy.num_slots]
+def variants(d: int) -> list[tuple[str, dict]]:
+    """(name, options) of the Gluon kernel: `sN` an N-slot K/V ring, `-pp` with ping-pong turns;
+    the two deepest rings that fit at this d. Persistent or not as `launch_policy` says."""
     return [
-        ("ws", {}),
-        ("ws-pp", {"pingpong": True}),
-        (f"ws-alt-s{other}", {"num_slots": other}),
+        (f"s{depth}" + ("-pp" if pingpong else ""), {"num_slots": depth, "pingpong": pingpong})
+        for depth in ring_depths(d)[-2:]
+        for pingpong in (False, True)
     ]
 
 
-def bench_point(d, causal, n, batch, heads, log) -> dict | None:
+def bench_point(d, causal, n, batch, heads, log, rounds: int = 3) -> dict | None:
+    """Check every variant once, then time them all `rounds` more times in turn (the order
+    rotating each round, so that no variant always runs first or last); TFLOP/s from the median
+    time. Run-to-run differences of up to a tenth between variants timed once each in a fixed
+    order (Gluon forward runs 4 and 5) are why."""
     from course_utils.triton_attention import flash_attention_fwd
     from course_utils.triton_attention.forward_ws import flash_attention_fwd_ws
 
@@ -118,16 +113,21 @@ def bench_point(d, causal, n, batch, heads, log) -> dict | None:
     if ref is None:
         log("    no SDPA backend ran; skipping this point")
         return None
-    results = {"course": measure("course", lambda: flash_attention_fwd(q, k, v, causal), ref,
-                                 flops, log)}  # fmt: skip
-    for name, options in variants(d, n, causal):
-
-        def run(options=options):
-            return flash_attention_fwd_ws(q, k, v, causal, **options)
-
-        results[name] = measure(name, run, ref, flops, log)
+    fns = {"course": lambda: flash_attention_fwd(q, k, v, causal)}
+    for name, options in variants(d):
+        fns[name] = functools.partial(flash_attention_fwd_ws, q, k, v, causal, **options)
     for name in SDPA_BACKENDS:
-        results[name] = measure(name, sdpa_fn(name, q, k, v, causal), ref, flops, log)
+        fns[name] = sdpa_fn(name, q, k, v, causal)
+    results = {name: measure(name, fn, ref, flops, log) for name, fn in fns.items()}
+    timed = [name for name in fns if "error" not in results[name]]
+    times = {name: [results[name]["ms"]] for name in timed}
+    for r in range(rounds):
+        for name in timed[r % len(timed) :] + timed[: r % len(timed)]:
+            times[name].append(time_ms(fns[name]))
+    for name in timed:
+        ms = statistics.median(times[name])
+        results[name].update(ms=ms, tflops=flops / ms * 1e-9, ms_all=times[name])
+    log("    median of rounds: " + ", ".join(f"{n} {results[n]['tflops']:.0f}" for n in timed))
     return {"d": d, "causal": causal, "n": n, "batch": batch, "heads": heads, "results": results}
 
 
@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--n", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
+    parser.add_argument("--rounds", type=int, default=3, help="timings after the first")
     parser.add_argument("--out", type=Path, default=HERE / "out")
     parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args(argv)
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"{device}; {versions()}; clocks: {nvidia_smi('clocks.sm,clocks.max.sm,power.draw')}")
     points = []
     for d, causal, n, batch, heads in grid(args.d, args.n, causals):
-        point = bench_point(d, causal, n, batch, heads, log)
+        point = bench_point(d, causal, n, batch, heads, log, args.rounds)
         if point is not None:
             points.append(point)
     text = table(points)
@@ -164,9 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     section = (
         f"\n## Warp-specialized Gluon forward (issue 19), bf16, {device}, "
         f"{datetime.date.today().isoformat()}\n\n- {versions()}\n- command: `{command}`\n"
-        "- TFLOP/s; `ws`: the Gluon kernel launched as `forward_ws.launch_policy` says (what the "
-        "autograd function runs); `ws-pp`: the same with ping-pong turns; `ws-alt-sN`: with an "
-        "N-slot K/V ring instead\n\n" + text + "\n"
+        "- TFLOP/s from the median of 4 timings per variant (the order rotating between rounds); "
+        "`sN`: the Gluon kernel with an N-slot K/V ring, `-pp` with ping-pong turns, persistent "
+        "or not as `launch_policy` says\n\n" + text + "\n"
     )
     with open(args.results, "a") as f:
         f.write(section)

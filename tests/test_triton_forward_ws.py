@@ -176,3 +176,20 @@ def test_autograd_runs_it_and_its_lse_serves_the_backward(causal, monkeypatch):
         ("out", "dq", "dk", "dv"), (out, *grads), reference_grads(q, k, v, do, causal), strict=True
     ):
         assert bwd_err(x, r) < BWD_TOL[torch.bfloat16], name
+
+
+def test_launch_policy_follows_the_measurements():
+    """Run 6 of the Gluon forward: persistent but for causal past 4k keys, 4 slots at d = 64 and
+    2 at d = 128, ping-pong at d = 128 up to 1k keys."""
+    assert ws.launch_policy(64, 1024, 1024, False) == (4, True, False)
+    assert ws.launch_policy(128, 1024, 1024, True) == (2, True, True)
+    assert ws.launch_policy(128, 16384, 16384, True) == (2, False, False)
+    assert ws.launch_policy(128, 16384, 16384, False) == (2, True, False)
+    for d in ws.HEAD_DIMS:  # every policy fits in shared memory with out's own buffers
+        policy = ws.launch_policy(d, 4096, 4096, False)
+        assert ws.own_out_buffer(d, policy.num_slots)
+
+
+def test_the_autograd_function_keeps_the_teaching_kernel_without_hopper():
+    q, k, v = _cpu_qkv()
+    assert not ws.preferred(q, k, v, False)

@@ -55,7 +55,7 @@ HEAD_DIMS = (64, 128)
 BLOCK_M = 128  # query rows per program: two warpgroups of 64
 WG_ROWS = 64  # query rows per softmax warpgroup (wgmma's M is 64 per warpgroup)
 BLOCK_N = 128  # keys per step
-NUM_BUF = {64: 4, 128: 2}  # K/V ring slots at short N: 4 x 32 KB at d = 64, 2 x 64 KB at 128
+NUM_BUF = {64: 4, 128: 2}  # K/V ring slots: 4 x 32 KB at d = 64, 2 x 64 KB at d = 128
 LOADER_REGS = gl.constexpr(24)  # the fewest a warp can have: it only issues copies
 SOFTMAX_REGS = gl.constexpr(240)  # per thread of each softmax warpgroup
 SHARED_LIMIT = 232448  # bytes of shared memory a program may opt into on sm_90
@@ -371,8 +371,12 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
 def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """Whether the autograd function should run this kernel rather than the teaching one: it
     takes the shape, and it was the faster of the two there on the H200 (benchmarks/RESULTS.md,
-    Gluon forward run 4)."""
-    return supported(q, k, v, causal) is None
+    Gluon forward run 6: 1.02 to 1.33 times the teaching kernel at every point but causal d = 64
+    at 1k keys, 273 against 299 TFLOP/s, where the teaching kernel's two programs per SM
+    overlap the short tiles' starts and ends better)."""
+    if supported(q, k, v, causal) is not None:
+        return False
+    return not (causal and q.shape[3] == 64 and k.shape[2] <= 1024)
 
 
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
@@ -452,14 +456,19 @@ class LaunchPolicy(NamedTuple):
 
 def launch_policy(d: int, n_q: int, n_k: int, causal: bool) -> LaunchPolicy:
     """How to launch at this shape, from the H200 runs in benchmarks/RESULTS.md (Gluon forward
-    runs 3 and 4): persistent except with the causal mask past 4k keys, where the tiles' lengths
-    differ so much that dealing them out in advance loses to the GPU's own scheduling of one
-    program per tile (causal d = 128, 16k: 469 against 572 TFLOP/s); 4 ring slots at d = 64;
-    at d = 128, 2 slots (and out's own buffers) up to 2k keys, 3 (out through the Q slots)
-    beyond."""
+    runs 4 and 6; run 6 timed each variant four times, in rotating order):
+
+    - persistent except with the causal mask past 4k keys, where tiles of every length dealt out
+      in advance leave some programs a third more work than others, and the GPU's own scheduling
+      of one program per tile balances them (causal d = 128, 16k: 469 against 572 TFLOP/s);
+    - 4 ring slots at d = 64 (3 within 1 % at every point), 2 at d = 128, where out then has its
+      own buffers and the next tile's Q need not wait for it (3 slots: 0 to 4 % slower);
+    - ping-pong turns at d = 128 up to 1k keys (583 against 530 TFLOP/s without the mask, equal
+      with it); elsewhere they cost 0 to 2 %.
+    """
     persistent = not causal or n_k <= 4096
-    slots = NUM_BUF[d] if d != 128 else (2 if n_k <= 2048 else 3)
-    return LaunchPolicy(num_slots=slots, persistent=persistent, pingpong=False)
+    slots = NUM_BUF[d]
+    return LaunchPolicy(num_slots=slots, persistent=persistent, pingpong=d == 128 and n_k <= 1024)
 
 
 def shared_bytes(d: int, num_slots: int, own_out_buffer: bool) -> int:
