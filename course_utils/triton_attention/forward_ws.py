@@ -65,8 +65,8 @@ MAXNREG = 168  # 12 warps x 32 threads x 168 = 64,512 <= the SM's 65,536 registe
 @gluon.jit
 def _num_rounds(n_tiles):
     """How many tiles this program takes. Tiles are dealt like cards in a snake: round r gives
-    program p tile r*P + p when r is even and r*P + (P-1-p) when odd (P programs), so that with
-    the longest causal tiles first no program is always the one holding the longer tile."""
+    program p tile r*P + p when r is even and r*P + (P-1-p) when odd (P programs), so that where
+    tile lengths fall along the schedule (causal) no program always draws the longer one."""
     P = gl.num_programs(0)
     full = n_tiles // P
     pos = _position(full)
@@ -85,7 +85,8 @@ def _tile_coords(t, n_m, seqlen_k, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: g
     """Tile t of the schedule -> (query tile start_m, head bh, key tiles n_kv).
 
     Head by head, so that the programs running at once share a few heads' K and V in L2 (the
-    other way round, one query tile of every head at once, lost a tenth at 4k: run 3). With
+    other way round, one query tile of every head at once, lost up to a fifth with the causal
+    mask at 4k: Gluon forward runs 3 and 4 in benchmarks/RESULTS.md). With
     the causal mask a head's longest query tiles come first, so the short ones fill the tail."""
     bh = t // n_m
     if CAUSAL:
