@@ -4,10 +4,11 @@
 
 The grid of benchmarks.attention (batch * N = 16k tokens, heads * d = 2048, bf16), each point
 checked against SDPA's output before it is timed. Variants: the course's autotuned kernel, the
-Gluon kernel at each K/V ring depth that fits in shared memory (`ws-sN`), and SDPA's flash, cuDNN
-and efficient backends, all in one run. The table (TFLOP/s, and the best ring depth against cuDNN,
-flash and the course kernel) goes last on stdout, to DIR/forward_ws.json and to a markdown
-section appended to --results. Without a Hopper GPU it says so and exits 0.
+Gluon kernel at the two deepest K/V rings that fit in shared memory, with and without ping-pong
+turns (`sN`, `sN-pp`), and SDPA's flash, cuDNN and efficient backends, all in one run, each timed
+1 + --rounds times in rotating order (median kept). The table (TFLOP/s, and the best Gluon
+variant against cuDNN, flash and the course kernel) goes last on stdout, to DIR/forward_ws.json
+and to a markdown section appended to --results. Without a Hopper GPU it says so and exits 0.
 """
 
 from __future__ import annotations

@@ -193,3 +193,18 @@ def test_launch_policy_follows_the_measurements():
 def test_the_autograd_function_keeps_the_teaching_kernel_without_hopper():
     q, k, v = _cpu_qkv()
     assert not ws.preferred(q, k, v, False)
+
+
+def test_refuses_a_triton_it_was_not_built_on(monkeypatch):
+    q, k, v = _cpu_qkv()
+    monkeypatch.setattr(ws, "TRITON_VERSION", (3, 5))
+    assert "needs Triton 3.6 or newer" in ws.supported(q, k, v, False)
+    assert not ws.preferred(q, k, v, False)
+
+
+def test_bad_inputs_get_the_teaching_kernels_errors():
+    q, k, v = _cpu_qkv()
+    with pytest.raises(TypeError, match="k must be a torch.Tensor"):
+        ws.flash_attention_fwd_ws(q, k.tolist(), v)
+    with pytest.raises(ValueError, match="k and v must have the same shape"):
+        ws.flash_attention_fwd_ws(q, k, v[:, :, :128])

@@ -7,6 +7,8 @@ N x N matrix P. For N = 1000, d = 64 in float32 that is 1,028,000 bytes instead 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import INTERPRETER
@@ -17,13 +19,22 @@ from .forward import _check_inputs, launch_flash_attention_fwd
 def _forward(q, k, v, causal, softmax_scale):
     """(out, lse): the warp-specialized Gluon kernel on Hopper where it takes the shape and is
     the faster one (`forward_ws.preferred`), the teaching kernel everywhere else."""
-    _check_inputs(q, k, v, causal)
-    if not INTERPRETER:
-        from . import forward_ws
-
-        if forward_ws.preferred(q, k, v, causal):
-            return forward_ws.flash_attention_fwd_ws(q, k, v, causal, softmax_scale)
+    _check_inputs(q, k, v, causal)  # `preferred` reads shapes and devices of valid tensors
+    forward_ws = None if INTERPRETER else _gluon_forward()
+    if forward_ws is not None and forward_ws.preferred(q, k, v, causal):
+        return forward_ws.flash_attention_fwd_ws(q, k, v, causal, softmax_scale)
     return launch_flash_attention_fwd(q, k, v, causal, softmax_scale)
+
+
+@functools.cache
+def _gluon_forward():
+    """The forward_ws module, or None where this Triton has no Gluon Hopper API to import (the
+    course allows triton >= 3.1; forward_ws.supported refuses the versions it was not built on)."""
+    try:
+        from . import forward_ws
+    except ImportError:
+        return None
+    return forward_ws
 
 
 class FlashAttentionFunction(torch.autograd.Function):

@@ -408,6 +408,23 @@ def _check_inputs(q, k, v, causal) -> None:
         raise ValueError(f"q, k and v must be CUDA tensors on a machine with a GPU, got {q.device}")
 
 
+def output_buffers(
+    q: torch.Tensor, out: torch.Tensor | None, lse: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) to write into: the caller's, checked, or new ones. out: q's shape, dtype and
+    device; lse: a contiguous float32 (batch, heads, N_Q) tensor."""
+    batch, heads, n_q, _ = q.shape
+    if out is None:
+        out = torch.empty_like(q)
+    if lse is None:
+        lse = torch.empty((batch, heads, n_q), dtype=torch.float32, device=q.device)
+    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+        raise ValueError("out must have q's shape, dtype and device")
+    if lse.shape != (batch, heads, n_q) or lse.dtype != torch.float32 or not lse.is_contiguous():
+        raise ValueError("lse must be a contiguous float32 tensor of shape (batch, heads, N_Q)")
+    return out, lse
+
+
 def launch_flash_attention_fwd(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -440,14 +457,7 @@ def launch_flash_attention_fwd(
     batch, heads, n_q, d = q.shape
     n_k = k.shape[2]
     scale = float(softmax_scale_or_default(softmax_scale, d))
-    if out is None:
-        out = torch.empty_like(q)
-    if lse is None:
-        lse = torch.empty((batch, heads, n_q), dtype=torch.float32, device=q.device)
-    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
-        raise ValueError("out must have q's shape, dtype and device")
-    if lse.shape != (batch, heads, n_q) or lse.dtype != torch.float32 or not lse.is_contiguous():
-        raise ValueError("lse must be a contiguous float32 tensor of shape (batch, heads, N_Q)")
+    out, lse = output_buffers(q, out, lse)
     if out.numel() == 0:
         lse.fill_(float("-inf"))
         return out, lse

@@ -30,9 +30,11 @@ query tile (most re-reads served by L2, since a head's tiles run side by side).
 from __future__ import annotations
 
 import functools
+import re
 from typing import NamedTuple
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -45,12 +47,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from .._validate import softmax_scale_or_default
+from .forward import _bind_cuda_context, _check_inputs, output_buffers
 
 # Triton 3.9 renamed the TMA copies (3.6, on the lent H200, has only the old names).
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
 LOG2E = 1.4426950408889634
+MIN_TRITON = (3, 6)  # built and run on 3.6 (the H200), built on 3.9; Gluon's API moved before
+TRITON_VERSION = tuple(int(x) for x in re.findall(r"\d+", triton.__version__)[:2])
 HEAD_DIMS = (64, 128)
 BLOCK_M = 128  # query rows per program: two warpgroups of 64
 WG_ROWS = 64  # query rows per softmax warpgroup (wgmma's M is 64 per warpgroup)
@@ -348,7 +353,12 @@ _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 
 
 def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> str | None:
-    """None when this kernel takes (q, k, v, causal) on q's device, else the reason it does not."""
+    """None when this kernel takes (q, k, v, causal) on q's device, else the reason it does not.
+    The inputs are ones that pass the teaching kernel's checks (`forward._check_inputs`)."""
+    if TRITON_VERSION < MIN_TRITON:
+        return (
+            f"needs Triton {'.'.join(map(str, MIN_TRITON))} or newer, this is {triton.__version__}"
+        )
     if q.device.type != "cuda":
         return f"needs CUDA tensors, q is on {q.device}"
     capability = torch.cuda.get_device_capability(q.device)
@@ -410,8 +420,7 @@ def flash_attention_fwd_ws(
     Raises ValueError naming what `supported` refuses (the teaching kernel takes
     every other shape).
     """
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {causal!r}")
+    _check_inputs(q, k, v, causal)  # tensors, dtypes, shapes, causal: the teaching kernel's errors
     reason = supported(q, k, v, causal)
     if reason is not None:
         raise ValueError(f"flash_attention_fwd_ws: {reason}")
@@ -424,18 +433,9 @@ def flash_attention_fwd_ws(
     pingpong = policy.pingpong if pingpong is None else pingpong
     if not isinstance(num_slots, int) or not 1 <= num_slots <= 4:
         raise ValueError(f"num_slots must be an int from 1 to 4, got {num_slots!r}")
-    if out is None:
-        out = torch.empty_like(q)
-    if lse is None:
-        lse = torch.empty((batch, heads, n_q), dtype=torch.float32, device=q.device)
-    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
-        raise ValueError("out must have q's shape, dtype and device")
+    out, lse = output_buffers(q, out, lse)
     if not out.is_contiguous():
         raise ValueError("out must be contiguous")
-    if lse.shape != (batch, heads, n_q) or lse.dtype != torch.float32 or not lse.is_contiguous():
-        raise ValueError("lse must be a contiguous float32 tensor of shape (batch, heads, N_Q)")
-    from .forward import _bind_cuda_context
-
     _bind_cuda_context(q.device)
     tiles = (n_q // BLOCK_M) * batch * heads
     if persistent:
@@ -462,8 +462,9 @@ def launch_policy(d: int, n_q: int, n_k: int, causal: bool) -> LaunchPolicy:
     - persistent except with the causal mask past 4k keys, where tiles of every length dealt out
       in advance leave some programs a third more work than others, and the GPU's own scheduling
       of one program per tile balances them (causal d = 128, 16k: 469 against 572 TFLOP/s);
-    - 4 ring slots at d = 64 (3 within 1 % at every point), 2 at d = 128, where out then has its
-      own buffers and the next tile's Q need not wait for it (3 slots: 0 to 4 % slower);
+    - 4 ring slots at d = 64 (3 within 2 % at every point), 2 at d = 128, where out then has its
+      own buffers and the next tile's Q need not wait for it (3 slots: from 1 % faster to 4 %
+      slower);
     - ping-pong turns at d = 128 up to 1k keys (583 against 530 TFLOP/s without the mask, equal
       with it); elsewhere they cost 0 to 2 %.
     """

@@ -42,7 +42,7 @@ import triton.language as tl
 from triton.runtime.jit import KernelInterface
 
 from . import INTERPRETER
-from .forward import _check_inputs
+from .forward import _check_inputs, output_buffers
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 
@@ -265,14 +265,7 @@ def learner_attention(
         raise TypeError(f"softmax_scale must be a number, got {softmax_scale!r}")
     if not (math.isfinite(softmax_scale) and softmax_scale > 0):
         raise ValueError(f"softmax_scale must be finite and positive, got {softmax_scale}")
-    if out is None:
-        out = torch.empty_like(q)
-    if lse is None:
-        lse = torch.empty((batch, heads, n_q), dtype=torch.float32, device=q.device)
-    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
-        raise ValueError("out must have q's shape, dtype and device")
-    if lse.shape != (batch, heads, n_q) or lse.dtype != torch.float32 or not lse.is_contiguous():
-        raise ValueError("lse must be a contiguous float32 tensor of shape (batch, heads, N_Q)")
+    out, lse = output_buffers(q, out, lse)
     if out.numel() == 0 or n_k == 0:  # nothing to launch: no query, or an empty sum
         out.zero_()
         lse.fill_(float("-inf"))
