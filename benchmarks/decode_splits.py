@@ -11,6 +11,10 @@ variant its registers, shared memory and programs per SM. The table is printed l
 default marked with *.
 
     python -m benchmarks.decode_splits [--points 1,32,8192 ...] [--tiles 16 32] [--stages 3 5]
+        [--rounds 3]
+
+--rounds times every variant and cuDNN that many times, in a rotating order, and reports the
+medians (a single timing in a fixed order cannot rank variants a percent apart).
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--splits", type=int, nargs="+", help="default: choose_num_splits's count and one more"
     )
+    parser.add_argument("--rounds", type=int, default=1, help="timings per variant (median)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks.decode_splits needs a CUDA GPU; there is none here.", file=sys.stderr)
@@ -97,17 +102,17 @@ def main(argv: list[str] | None = None) -> int:
         batch, kv_heads, n = (int(x) for x in point.split(","))
         q, kc, vc, tbl, lens, k, v = paged_inputs(batch, kv_heads, n, 16, gen)
         cudnn, _ = sdpa_runner("cudnn", q, k, v, expand=True)
-        cudnn_gbs = 2 * batch * kv_heads * n * D * 2 / time_ms(graphed(cudnn)) / 1e6
         ref = flash_decode(q, kc, vc, tbl, lens, pdl=False)[0].float()
         tuning = default_tuning(batch, kv_heads)
         grid = batch * kv_heads
         auto = choose_num_splits(batch, kv_heads, n, 16)
         default = (auto, tuning["tile_tokens"], tuning["num_stages"], tuning["num_warps"])
-        variants = [(*default, False)]  # the default without programmatic dependent launch
+        variants = [(*default, False)]  # the default without pdl
         for s, tile, stages, warps in itertools.product(
             args.splits or sorted({auto, auto + 1}), args.tiles, args.stages, args.warps
         ):
             variants.append((s, tile, stages, warps, True))
+        steps = []
         for s, tile, stages, warps, pdl in variants:
             before = {id(x) for x in compiled_partials()}
             kw = dict(
@@ -128,9 +133,18 @@ def main(argv: list[str] | None = None) -> int:
             def step(kw=kw, args=(q, kc, vc, tbl, lens)):
                 return flash_decode(*args, check_values=False, **kw)
 
-            ms = time_ms(graphed(step))
-            gbs = 2 * batch * kv_heads * n * D * 2 / ms / 1e6
             is_default = (s, tile, stages, warps) == default
+            steps.append(((s, tile, stages, warps, pdl, is_default), graphed(step), occ))
+        runs = [graphed(cudnn)] + [graph for _, graph, _ in steps]  # cuDNN timed with them
+        times = {i: [] for i in range(len(runs))}
+        for r in range(max(1, args.rounds)):  # rotating order: no variant always runs first
+            for i in [(r + j) % len(runs) for j in range(len(runs))]:
+                times[i].append(time_ms(runs[i]))
+        cudnn_ms = sorted(times[0])[len(times[0]) // 2]
+        cudnn_gbs = 2 * batch * kv_heads * n * D * 2 / cudnn_ms / 1e6
+        for i, ((s, tile, stages, warps, pdl, is_default), _, occ) in enumerate(steps):
+            ms = sorted(times[i + 1])[len(times[i + 1]) // 2]
+            gbs = 2 * batch * kv_heads * n * D * 2 / ms / 1e6
             rows.append(
                 (batch, kv_heads, n, s, tile, stages, warps, pdl, grid * s, gbs, cudnn_gbs, occ,
                  is_default)
@@ -138,7 +152,10 @@ def main(argv: list[str] | None = None) -> int:
             print(rows[-1], flush=True)
         torch.cuda.empty_cache()
     print(f"device copy {copy_gbs:.0f} GB/s; {sms} SMs; * = the default")
-    print("batch kv_heads      N splits tile stages pdl programs   GB/s  /copy /cudnn  occupancy")
+    print(
+        "batch kv_heads      N splits tile stages warps pdl programs   GB/s  /copy /cudnn"
+        "  occupancy"
+    )
     for b, h, n, s, tile, st, warps, pdl, progs, gbs, cud, occ, is_default in rows:
         o = f"{occ['regs']} regs, {occ['shared']} B smem, {occ['per_sm']}/SM" if occ else ""
         print(

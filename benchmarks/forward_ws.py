@@ -132,8 +132,12 @@ def bench_point(d, causal, n, batch, heads, log, rounds: int = 3) -> dict | None
     return {"d": d, "causal": causal, "n": n, "batch": batch, "heads": heads, "results": results}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def run_hopper_grid(module: str, description: str, argv, bench_point, table, title, legend) -> int:
+    """The command line shared by the Gluon benchmarks (this one and benchmarks.backward_ws):
+    parse --d --n --causal --rounds --out --results, run bench_point(d, causal, n, batch, heads,
+    log, rounds) over the grid, write the JSON to --out/<module>.json and a section titled
+    `title` with the `legend` line ({timings}: 1 + rounds) and table(points) to --results."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--n", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
@@ -141,11 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE / "out")
     parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
     args = parser.parse_args(argv)
-    command = "python -m benchmarks.forward_ws " + shlex.join(
-        sys.argv[1:] if argv is None else argv
-    )
+    command = f"python -m benchmarks.{module} " + shlex.join(sys.argv[1:] if argv is None else argv)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        print("forward_ws: needs a Hopper GPU (sm_90); nothing measured")
+        print(f"{module}: needs a Hopper GPU (sm_90); nothing measured")
         return 0
     causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     device = torch.cuda.get_device_name()
@@ -162,18 +164,26 @@ def main(argv: list[str] | None = None) -> int:
     text = table(points)
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {"device": device, "versions": versions(), "command": command, "points": points}
-    (args.out / "forward_ws.json").write_text(json.dumps(summary, indent=1))
+    (args.out / f"{module}.json").write_text(json.dumps(summary, indent=1))
     section = (
-        f"\n## Warp-specialized Gluon forward (issue 19), bf16, {device}, "
-        f"{datetime.date.today().isoformat()}\n\n- {versions()}\n- command: `{command}`\n"
-        "- TFLOP/s from the median of 4 timings per variant (the order rotating between rounds); "
-        "`sN`: the Gluon kernel with an N-slot K/V ring, `-pp` with ping-pong turns, persistent "
-        "or not as `launch_policy` says\n\n" + text + "\n"
+        f"\n## {title}, bf16, {device}, {datetime.date.today().isoformat()}\n\n"
+        f"- {versions()}\n- command: `{command}`\n- {legend.format(timings=1 + args.rounds)}"
+        "\n\n" + text + "\n"
     )
     with open(args.results, "a") as f:
         f.write(section)
     print(text)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_hopper_grid(
+        "forward_ws", __doc__.splitlines()[0], argv, bench_point, table,
+        "Warp-specialized Gluon forward (issue 19)",
+        "TFLOP/s from the median of {timings} timings per variant (the order rotating between "
+        "rounds); `sN`: the Gluon kernel with an N-slot K/V ring, `-pp` with ping-pong turns, "
+        "persistent or not as `launch_policy` says",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

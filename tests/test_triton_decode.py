@@ -114,6 +114,44 @@ def test_unused_slots_may_hold_nan():
     _assert_close(out.double().cpu().numpy(), lse.double().cpu().numpy(), ref, _tol("float32"))
 
 
+@pytest.mark.parametrize("params", [GRID[1], GRID[2], GRID[4]])
+def test_head_major_pages_are_a_view(params):
+    # a cache stored (num_pages, kv_heads, page_size, d), head-major within a page as FlashInfer's
+    # HND layout, passed as its (num_pages, page_size, kv_heads, d) view: the strides say it all
+    q_heads, kv_heads, d, page, lens, splits = params
+    case = DecodeCase("hnd", q_heads, kv_heads, d, page, lens, splits, "float32", seed=13)
+    tensors, (q, k, v, table, lens_np) = decode_inputs(case)
+    q_t, k_t, v_t, table_t, lens_t = (t.to(DEVICE) for t in tensors)
+    k_hnd, v_hnd = (x.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3) for x in (k_t, v_t))
+    assert k_hnd.stride(1) == d  # consecutive slots of one head are d elements apart
+    if kv_heads > 1:  # (a size-1 dimension's stride is arbitrary)
+        assert k_hnd.stride(2) == page * d
+    out, lse = flash_decode(q_t, k_hnd, v_hnd, table_t, lens_t, num_splits=splits)
+    ref = _naive(q, k, v, table, lens_np)
+    _assert_close(out.double().cpu().numpy(), lse.double().cpu().numpy(), ref, _tol("float32"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(ta.INTERPRETER, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("n", [4096, 8192, 65536])
+def test_gpu_head_major_pages_at_scale(n):
+    # the benchmark's shape (batch 1, 32 KV heads, d 128, pages of 16 shuffled): the same cache
+    # stored token-major and head-major gives the same answer, with the default launch
+    gen = torch.Generator(device="cuda").manual_seed(n)
+    pages, page, heads, d = n // 16, 16, 32, 128
+    q = torch.randn(1, heads, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(pages, page, heads, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn_like(k)
+    table = torch.randperm(pages, device="cuda", generator=gen).view(1, pages).to(torch.int32)
+    lens = torch.full((1,), n, device="cuda", dtype=torch.int32)
+    out, lse = flash_decode(q, k, v, table, lens)
+    k_hnd, v_hnd = (x.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3) for x in (k, v))
+    out_hnd, lse_hnd = flash_decode(q, k_hnd, v_hnd, table, lens)
+    torch.cuda.synchronize()
+    assert torch.allclose(out_hnd.float(), out.float(), atol=1e-2, rtol=1e-2)
+    assert torch.allclose(lse_hnd, lse, atol=1e-3, rtol=1e-3)
+
+
 @pytest.mark.parametrize("pages_per_tile", [1, 2, 4])
 def test_several_pages_per_tile(pages_per_tile):
     case = DecodeCase("tiles", 4, 2, 32, 16, (75, 16, 1), 2, seed=5)

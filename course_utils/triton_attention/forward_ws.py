@@ -490,6 +490,24 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def descriptor_signature(d: int, dtype: torch.dtype, rows: dict[str, int]) -> dict[str, str]:
+    """{argument: Triton type} for 2-D (N, d) tensor descriptors with tiles of (rows[name], d),
+    as `_descriptor` makes them: the signature of a compile without a GPU. The descriptors are
+    built over a small CPU tensor, used for its type only."""
+    from triton.runtime.jit import mangle_type
+
+    fake = torch.empty((4 * max(rows.values()), d), dtype=dtype)
+    return {
+        name: mangle_type(
+            TensorDescriptor(
+                fake, list(fake.shape), list(fake.stride()), [r, d],
+                gl.NVMMASharedLayout.get_default_for([r, d], _GL_DTYPES[dtype]),
+            )
+        )
+        for name, r in rows.items()
+    }  # fmt: skip
+
+
 def compile_for_sm90(
     d: int = 128,
     causal: bool = False,
@@ -502,23 +520,14 @@ def compile_for_sm90(
     Returns targets.Compiled (shared_bytes, n_regs, spill_bytes, ptx, cubin): proof on a CPU
     machine that the kernel builds for Hopper, with its shared memory and registers.
     """
-    from triton.runtime.jit import mangle_type
-
     from .targets import compile_for
 
     if d not in HEAD_DIMS or dtype not in _GL_DTYPES:
         raise ValueError(f"d must be one of {HEAD_DIMS} and dtype float16 or bfloat16")
     num_slots = NUM_BUF[d] if num_slots is None else num_slots
-    fake = torch.empty((BLOCK_M * 4, d), dtype=dtype)  # host-side only: its type, never its data
-    descs = [
-        TensorDescriptor(
-            fake, list(fake.shape), list(fake.stride()), [rows, d],
-            gl.NVMMASharedLayout.get_default_for([rows, d], _GL_DTYPES[dtype]),
-        )
-        for rows in (WG_ROWS, BLOCK_N, BLOCK_N, WG_ROWS)
-    ]  # fmt: skip
-    names = ("q_desc", "k_desc", "v_desc", "o_desc")
-    signature = {n: mangle_type(x) for n, x in zip(names, descs, strict=True)}
+    signature = descriptor_signature(
+        d, dtype, {"q_desc": WG_ROWS, "k_desc": BLOCK_N, "v_desc": BLOCK_N, "o_desc": WG_ROWS}
+    )
     signature.update(lse_ptr="*fp32", seqlen_q="i32", seqlen_k="i32", n_bh="i32", qk_scale="fp32")
     return compile_for(
         _attn_fwd_ws_kernel, signature,

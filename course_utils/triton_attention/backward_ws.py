@@ -1,0 +1,388 @@
+"""A warp-specialized FlashAttention backward for Hopper (sm_90), written in Gluon.
+
+The course backward (`backward.py`) runs two gradient kernels, one for dK and dV and one for dQ,
+so that no program writes where another does; S and dP are computed in both (seven N^2 d matrix
+products). This variant computes all three gradients in one pass over the tile pairs, as
+FlashAttention-2 and -3 do: five products, dQ added into an fp32 buffer by atomic adds.
+
+One program per (head, tile of BLOCK_N = 128 keys); its warps split by job:
+
+    loader      1 warp: TMA copies of the program's K and V once, then of each query tile's Q_i
+                and dO_i (BLOCK_M = 64 rows) into a ring of NUM_SLOTS slots (mbarriers)
+    gradient x2 two warpgroups, each owning 64 of the 128 keys: on the tensor cores (wgmma)
+
+                    S^T  = K Q_i^T           P^T = exp(tau S^T - lse_i)    (64 keys x 64 queries)
+                    dP^T = V dO_i^T          dS^T = P^T * (dP^T - D_i)
+                    dV  += P^T dO_i          dK  += dS^T Q_i               (registers, 64 x d)
+                    dQ_i += dS K                                           (fp32 atomics)
+
+dS^T goes through shared memory, where the dQ product reads it transposed. At d = 128 the two
+warpgroups share their dS^T halves (an mbarrier between them) and each computes half of dQ_i's
+columns over all 128 keys: 32 accumulator registers a thread instead of 64, and half the atomics.
+At d = 64 each warpgroup adds its own keys' part of dQ_i.
+
+HBM traffic per head, N queries and keys: K, V read once; Q, dO, lse and D once per key tile
+(N / 128 times, most re-reads from L2); dK, dV written once; dQ read-modified-written in fp32 once
+per key tile (by atomics, in L2), then scaled and cast once. Shapes it takes: `forward_ws.supported`
+(Hopper, float16 or bfloat16, d 64 or 128, contiguous, lengths multiples of 128).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from .._validate import softmax_scale_or_default
+from .backward import PREPROCESS_BLOCK_M, _attn_bwd_preprocess_kernel, _check_backward_inputs
+from .forward import _bind_cuda_context
+from .forward_ws import _GL_DTYPES, _descriptor, _tma_load, descriptor_signature, supported
+
+# Triton 3.9 renamed the barrier among a partition's threads (3.6, on the lent H200: the old name).
+_thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+
+LOG2E = 1.4426950408889634
+BLOCK_M = 64  # query rows per step
+BLOCK_N = 128  # keys per program: two warpgroups of 64
+KEY_ROWS = 64  # keys per gradient warpgroup (wgmma's M is 64 per warpgroup)
+NUM_SLOTS = 2  # Q/dO ring depth
+DQ_SPLIT_DEFAULT = True
+LOADER_REGS = gl.constexpr(24)
+GRAD_REGS = gl.constexpr(240)
+MAXNREG = 168  # as forward_ws: 12 warps x 32 threads x 168 <= 65,536 registers
+
+
+@gluon.jit
+def _bwd_loader(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem, bars, seqlen_q,
+                seqlen_k, CAUSAL):  # fmt: skip
+    """K and V of this program's keys once; then Q_i and dO_i tile by tile into the ring."""
+    kv_ready, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
+    SLOTS: gl.constexpr = q_bufs.type.shape[0]
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    start_n = gl.program_id(0)
+    bh = gl.program_id(1)
+    mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
+    _tma_load(k_desc, [bh * seqlen_k + start_n * BN, 0], kv_ready, k_smem)  # read BN*d
+    _tma_load(v_desc, [bh * seqlen_k + start_n * BN, 0], kv_ready, v_smem)  # read BN*d
+    if CAUSAL:
+        first = (start_n * BN) // BM  # earlier query tiles see none of these keys
+    else:
+        first = 0
+    for it in range(seqlen_q // BM - first):
+        i = first + it
+        slot = it % SLOTS
+        phase = (it // SLOTS) & 1
+        # A fresh mbarrier counts as having completed phase 1: the first lap does not wait.
+        mbarrier.wait(q_free.index(slot), phase ^ 1)
+        mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+        _tma_load(q_desc, [bh * seqlen_q + i * BM, 0], q_ready.index(slot), q_bufs.index(slot))
+        mbarrier.wait(do_free.index(slot), phase ^ 1)
+        mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
+        _tma_load(do_desc, [bh * seqlen_q + i * BM, 0], do_ready.index(slot),
+                  do_bufs.index(slot))  # fmt: skip  # read BM*d each
+
+
+@gluon.jit
+def _bwd_warpgroup(
+    wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, bars, dq_ptr, dk_ptr, dv_ptr,
+    lse_ptr, delta_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, CAUSAL,
+):  # fmt: skip
+    """Keys wg*64 .. wg*64+63 of this program's tile: dK and dV over every query tile, and
+    this warpgroup's part of each dQ_i."""
+    kv_ready, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
+    SLOTS: gl.constexpr = q_bufs.type.shape[0]
+    BM: gl.constexpr = q_bufs.type.shape[1]
+    HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
+    KR: gl.constexpr = k_smem.type.shape[0] // 2
+    # dQ_i's columns are computed DQ_N at a time. DQ_SPLIT (ds_smem one (BN, BM) buffer): each
+    # warpgroup computes half of them (d = 128) over all BN keys, after both have written
+    # their dS^T. Else (ds_smem (2, KR, BM)): each computes all of them over its own KR keys,
+    # in HEAD_DIM / DQ_N products, with no wait for the other. (Told by the buffer's shape:
+    # constexprs passed through warp_specialize arrive as tensors.)
+    DQ_SPLIT: gl.constexpr = len(ds_smem.type.shape) == 2
+    DQ_N: gl.constexpr = 64
+    DQ_PARTS: gl.constexpr = 1 if DQ_SPLIT else HEAD_DIM // DQ_N
+    dtype: gl.constexpr = q_bufs.dtype
+    st_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 16]
+    )  # S^T, dP^T: (KR keys, BM queries)
+    kv_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )  # dK, dV: (KR, d)
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, DQ_N, 16]
+    )  # DQ_N columns of dQ_i: (BM, DQ_N)
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+
+    start_n = gl.program_id(0)
+    bh = gl.program_id(1)
+    k0 = start_n * (2 * KR) + wg * KR  # first key of this warpgroup, within the head
+    k_rows = k_smem.slice(wg * KR, KR)  # (KR, d)
+    v_rows = v_smem.slice(wg * KR, KR)
+    if DQ_SPLIT:
+        ds_rows = ds_smem.slice(wg * KR, KR)  # this warpgroup's dS^T: (KR, BM)
+        dq_a = ds_smem.permute((1, 0))  # dS: (BM, BN)
+        dq_col0 = wg * DQ_N
+    else:
+        ds_rows = ds_smem.index(wg)  # (KR, BM)
+        dq_a = ds_rows.permute((1, 0))  # (BM, KR)
+        dq_col0 = 0
+    offs_k = k0 + gl.arange(0, KR, layout=gl.SliceLayout(1, st_layout))
+    st_zero = gl.zeros([KR, BM], gl.float32, layout=st_layout)
+    dq_zero = gl.zeros([BM, DQ_N], gl.float32, layout=dq_layout)
+    dk = gl.zeros([KR, HEAD_DIM], gl.float32, layout=kv_layout)
+    dv = gl.zeros([KR, HEAD_DIM], gl.float32, layout=kv_layout)
+    dq_rows = gl.arange(0, BM, layout=gl.SliceLayout(1, dq_layout))
+    dq_cols = dq_col0 + gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
+    dq_offs = dq_rows[:, None] * HEAD_DIM + dq_cols[None, :]  # int32, within a query tile
+    if CAUSAL:
+        first = (start_n * (2 * KR)) // BM
+    else:
+        first = 0
+
+    mbarrier.wait(kv_ready, 0)
+    for it in range(seqlen_q // BM - first):
+        i = first + it
+        slot = it % SLOTS
+        phase = (it // SLOTS) & 1
+        offs_q = i * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, st_layout))
+        lse2 = gl.load(lse_ptr + bh * seqlen_q + offs_q) * 1.4426950408889634  # log2 units
+        delta = gl.load(delta_ptr + bh * seqlen_q + offs_q)  # read BM
+        q_i = q_bufs.index(slot)
+        do_i = do_bufs.index(slot)
+        mbarrier.wait(q_ready.index(slot), phase)
+        st_tok = warpgroup_mma(k_rows, q_i.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        mbarrier.wait(do_ready.index(slot), phase)
+        dpt_tok = warpgroup_mma(v_rows, do_i.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok,))
+        pt = gl.exp2(st * qk_scale - lse2[None, :])  # P^T, (KR, BM)
+        if CAUSAL:
+            if i * BM < k0 + KR:  # the tile crosses the diagonal: query < key is masked
+                pt = gl.where(offs_k[:, None] <= offs_q[None, :], pt, 0.0)
+        pt = pt.to(dtype)  # the fp32 P^T is not kept: registers (dS^T is rounded to dtype anyway)
+        pt_a = gl.convert_layout(pt, a_layout)
+        dv_tok = warpgroup_mma(pt_a, do_i, dv, is_async=True)  # dV += P^T dO_i, while dS^T
+        dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt_tok,))
+        dst = (pt.to(gl.float32) * (dpt - delta[None, :])).to(dtype)  # dS^T, tau applied later
+        dst_a = gl.convert_layout(dst, a_layout)
+        dk_tok = warpgroup_mma(dst_a, q_i, dk, is_async=True)  # dK += dS^T Q_i
+
+        # dS^T into shared memory, where the dQ product reads it as dS.
+        if DQ_SPLIT:  # both warpgroups' last dQ products have read ds_smem
+            mbarrier.wait(ds_free, (it & 1) ^ 1)
+        ds_rows.store(dst)
+        fence_async_shared()
+        _thread_barrier()  # every thread of the warpgroup has written its part
+        if DQ_SPLIT:  # and the other warpgroup its half
+            mbarrier.arrive(ds_ready, count=1)
+            mbarrier.wait(ds_ready, it & 1)
+        dq_tile = dq_ptr + (bh * seqlen_q + i * BM).to(gl.int64) * HEAD_DIM  # a scalar pointer
+        for h in gl.static_range(DQ_PARTS):
+            if DQ_SPLIT:
+                dq_b = k_smem.slice(wg * DQ_N, DQ_N, dim=1)  # (BN, DQ_N)
+            else:
+                dq_b = k_rows.slice(h * DQ_N, DQ_N, dim=1)  # (KR, DQ_N)
+            dq_tok = warpgroup_mma(dq_a, dq_b, dq_zero, use_acc=False, is_async=True)
+            if h == 0:
+                dv, dk, dq, pt_a, dst_a = warpgroup_mma_wait(
+                    num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok, pt_a, dst_a)
+                )
+                mbarrier.arrive(q_free.index(slot), count=1)  # dK, dV have read Q_i, dO_i
+                mbarrier.arrive(do_free.index(slot), count=1)
+                if DQ_SPLIT:
+                    mbarrier.arrive(ds_free, count=1)
+            else:
+                dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
+            # read-modify-write BM*DQ_N fp32, in L2
+            gl.atomic_add(dq_tile + h * DQ_N + dq_offs, dq, sem="relaxed")
+
+    rows = bh * seqlen_k + k0 + gl.arange(0, KR, layout=gl.SliceLayout(1, kv_layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
+    offs = rows[:, None] * HEAD_DIM + cols[None, :]
+    gl.store(dk_ptr + offs, (dk * sm_scale).to(dtype))  # write KR*d
+    gl.store(dv_ptr + offs, dv.to(dtype))  # write KR*d
+
+
+@gluon.jit
+def _attn_bwd_ws_kernel(
+    q_desc,  # (B*H*N_Q, d), tiles of (BLOCK_M, d)
+    k_desc,  # (B*H*N_K, d), tiles of (BLOCK_N, d)
+    v_desc,  # (B*H*N_K, d), tiles of (BLOCK_N, d)
+    do_desc,  # (B*H*N_Q, d), tiles of (BLOCK_M, d)
+    dq_ptr,  # (B*H*N_Q, d) fp32, zeroed: sum over key tiles of dS K (tau applied by the host)
+    dk_ptr,  # (B*H*N_K, d), q's dtype
+    dv_ptr,  # (B*H*N_K, d)
+    lse_ptr,  # (B*H, N_Q) fp32, natural log
+    delta_ptr,  # (B*H, N_Q) fp32: D = rowsum(dO * O)
+    seqlen_q,
+    seqlen_k,
+    qk_scale,  # tau * log2(e)
+    sm_scale,  # tau
+    CAUSAL: gl.constexpr,
+    NUM_SLOTS: gl.constexpr,
+    DQ_SPLIT: gl.constexpr,  # the warpgroups split dQ_i's columns (d = 128 only)
+):
+    """grid (N_K / BLOCK_N, B*H): one program per key tile of one head."""
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    dtype: gl.constexpr = q_desc.dtype
+    q_bufs = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BM, HEAD_DIM], q_desc.layout)
+    do_bufs = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BM, HEAD_DIM], do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [BN, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [BN, HEAD_DIM], v_desc.layout)
+    if DQ_SPLIT:  # dS^T of both warpgroups, read whole by each one's dQ product
+        ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BM], dtype)
+        ds_smem = gl.allocate_shared_memory(dtype, [BN, BM], ds_layout)
+    else:  # one (BN / 2, BM) dS^T per warpgroup
+        ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN // 2, BM], dtype)
+        ds_smem = gl.allocate_shared_memory(dtype, [2, BN // 2, BM], ds_layout)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
+    do_ready = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
+    do_free = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_ready, count=1)
+    mbarrier.init(ds_ready, count=2)  # both warpgroups have written their dS^T
+    mbarrier.init(ds_free, count=2)  # both warpgroups' dQ products have read it
+    for s in gl.static_range(NUM_SLOTS):
+        mbarrier.init(q_ready.index(s), count=1)
+        mbarrier.init(do_ready.index(s), count=1)
+        mbarrier.init(q_free.index(s), count=2)  # both warpgroups release a slot
+        mbarrier.init(do_free.index(s), count=2)
+    bars = (kv_ready, q_ready, q_free, do_ready, do_free, ds_ready, ds_free)
+    grad_args = (
+        q_bufs, do_bufs, k_smem, v_smem, ds_smem, bars, dq_ptr, dk_ptr, dv_ptr, lse_ptr,
+        delta_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, CAUSAL,
+    )  # fmt: skip
+    loader_args = (
+        q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem, bars, seqlen_q,
+        seqlen_k, CAUSAL,
+    )  # fmt: skip
+    gl.warp_specialize(
+        [
+            (_bwd_warpgroup, (0,) + grad_args),
+            (_bwd_warpgroup, (1,) + grad_args),
+            (_bwd_loader, loader_args),
+        ],
+        [4, 1],
+        [GRAD_REGS, LOADER_REGS],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------------------------
+
+
+def flash_attention_bwd_ws(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    *,
+    num_slots: int = NUM_SLOTS,
+    dq_split: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients (dq, dk, dv) as `backward.flash_attention_bwd`, by the warp-specialized kernel
+    (Hopper only; ValueError naming what `forward_ws.supported` refuses).
+
+    Args and shapes as flash_attention_bwd; num_slots: the Q/dO ring's depth (1 to 3);
+    dq_split: at d = 128 the two warpgroups share their dS^T and each computes half of dQ_i's
+    columns (half the atomics, a wait for each other every step), else each adds its own keys'
+    part of all columns (default DQ_SPLIT_DEFAULT). Extra memory: an fp32 dQ of q's shape.
+    """
+    _check_backward_inputs(do, q, k, v, out, lse, causal)
+    reason = supported(q, k, v, causal)
+    if reason is not None:
+        raise ValueError(f"flash_attention_bwd_ws: {reason}")
+    if isinstance(num_slots, bool) or not isinstance(num_slots, int) or not 1 <= num_slots <= 3:
+        raise ValueError(f"num_slots must be an int from 1 to 3, got {num_slots!r}")
+    for name, t in (("do", do), ("out", out), ("lse", lse)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    batch, heads, n_q, d = q.shape
+    n_k = k.shape[2]
+    dq_split = DQ_SPLIT_DEFAULT if dq_split is None else bool(dq_split)
+    dq_split = dq_split and d == 128  # at d = 64 a half would be 32 columns: below a wgmma tile
+    scale = float(softmax_scale_or_default(softmax_scale, d))
+    bh = batch * heads
+    delta = torch.empty((batch, heads, n_q), dtype=torch.float32, device=q.device)
+    _attn_bwd_preprocess_kernel[(triton.cdiv(n_q, PREPROCESS_BLOCK_M), bh)](
+        out, do, delta, n_q, HEAD_DIM=d, BLOCK_D=d, BLOCK_M=PREPROCESS_BLOCK_M
+    )  # read 2 N d, write N per head
+    dq32 = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    _bind_cuda_context(q.device)
+    _attn_bwd_ws_kernel[(n_k // BLOCK_N, bh)](
+        _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
+        _descriptor(do, BLOCK_M), dq32, dk, dv, lse, delta, n_q, n_k, scale * LOG2E, scale,
+        CAUSAL=causal, NUM_SLOTS=num_slots, DQ_SPLIT=dq_split, num_warps=4, maxnreg=MAXNREG,
+    )  # fmt: skip
+    return (dq32 * scale).to(q.dtype), dk, dv
+
+
+class FlashAttentionWS(torch.autograd.Function):
+    """The autograd function's forward (`autograd._forward`); the backward by this kernel where
+    it takes the shape, else by `backward.flash_attention_bwd`. A benchmark variant:
+    `python -m benchmarks.attention --backward --learner-backward
+    course_utils.triton_attention.backward_ws:FlashAttentionWS`."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False, softmax_scale=None):
+        from .autograd import _forward
+
+        out, lse = _forward(q, k, v, causal, softmax_scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.softmax_scale = causal, softmax_scale
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        from .backward import flash_attention_bwd
+
+        q, k, v, out, lse = ctx.saved_tensors
+        dout = dout.contiguous()
+        if supported(q, k, v, ctx.causal) is None:
+            grads = flash_attention_bwd_ws(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale)
+        else:
+            grads = flash_attention_bwd(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale)
+        return (*grads, None, None)
+
+
+def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = torch.bfloat16,
+                     num_slots: int = NUM_SLOTS, dq_split: bool = DQ_SPLIT_DEFAULT):  # fmt: skip
+    """Compile the kernel for sm_90 here, without a GPU (`targets.compile_for`): proof on a CPU
+    machine that it builds for Hopper, with its shared memory, registers and PTX."""
+    from .targets import compile_for
+
+    if d not in (64, 128) or dtype not in _GL_DTYPES:
+        raise ValueError("d must be 64 or 128 and dtype float16 or bfloat16")
+    signature = descriptor_signature(
+        d, dtype, {"q_desc": BLOCK_M, "k_desc": BLOCK_N, "v_desc": BLOCK_N, "do_desc": BLOCK_M}
+    )
+    elem = {torch.bfloat16: "*bf16", torch.float16: "*fp16"}[dtype]
+    signature.update(
+        dq_ptr="*fp32", dk_ptr=elem, dv_ptr=elem, lse_ptr="*fp32", delta_ptr="*fp32",
+        seqlen_q="i32", seqlen_k="i32", qk_scale="fp32", sm_scale="fp32",
+    )  # fmt: skip
+    return compile_for(
+        _attn_bwd_ws_kernel, signature,
+        {"CAUSAL": causal, "NUM_SLOTS": num_slots, "DQ_SPLIT": dq_split and d == 128},
+        target=(9, 0), num_warps=4, maxnreg=MAXNREG,
+        divisible=("dq_ptr", "dk_ptr", "dv_ptr", "lse_ptr", "delta_ptr"),
+    )  # fmt: skip

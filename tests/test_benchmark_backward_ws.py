@@ -1,0 +1,55 @@
+"""benchmarks.backward_ws and benchmarks.forward_configs on a CPU machine: variants, table,
+config parsing and their exits without a GPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import course_utils.triton_attention  # noqa: F401  (first: the interpreter switch)
+from benchmarks import backward_ws as bench
+from benchmarks import forward_configs
+
+
+def test_variants_per_head_dim():
+    assert [n for n, _ in bench.variants(128)] == ["split-s2", "own-s2", "own-s3"]
+    assert dict(bench.variants(128))["own-s3"] == {"num_slots": 3, "dq_split": False}
+    assert [n for n, _ in bench.variants(64)] == ["s2", "s3"]
+    assert bench.is_gluon("own-s2") and not bench.is_gluon("course")
+    assert not bench.is_gluon("cudnn")
+
+
+def _point(n, values):
+    results = {k: {"tflops": v} for k, v in values.items()}
+    return {"d": 128, "causal": True, "n": n, "batch": 1, "heads": 16, "results": results}
+
+
+def test_table_takes_the_best_gluon_variant_per_point():
+    points = [
+        _point(1024, {"course": 300.0, "split-s2": 250.0, "own-s2": 270.0, "cudnn": 400.0}),
+        _point(4096, {"course": 350.0, "split-s2": 360.0, "own-s2": 330.0, "cudnn": 450.0}),
+    ]
+    text = bench.table(points)
+    assert text.splitlines()[0].startswith("| d | causal | N | course | split-s2 | own-s2 |")
+    assert "| 128 | True | 1024 | 300 | 250 | 270 | 400 | 0.68 | n/a | 0.90 |" in text
+    gm = math.sqrt(270 / 400 * 360 / 450)
+    assert f"best Gluon variant / cudnn: geometric mean {gm:.2f}, lowest 0.68" in text
+
+
+def test_backward_ws_without_a_hopper_gpu_says_so(tmp_path, capsys):
+    assert bench.main(["--out", str(tmp_path), "--results", str(tmp_path / "R.md")]) == 0
+    assert "needs a Hopper GPU" in capsys.readouterr().out
+    assert not (tmp_path / "R.md").exists()
+
+
+def test_forward_configs_parse_and_refuse():
+    assert forward_configs.parse_config("128x64w4s3r168") == (128, 64, 4, 3, 168)
+    assert forward_configs.parse_config("64x32w4s4") == (64, 32, 4, 4, None)
+    with pytest.raises(ValueError, match="expected BMxBNwWARPSsSTAGES"):
+        forward_configs.parse_config("128x64")
+
+
+def test_forward_configs_without_a_gpu_exits_2(capsys):
+    assert forward_configs.main(["--configs", "64x64w4s3"]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

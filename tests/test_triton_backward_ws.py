@@ -1,0 +1,101 @@
+"""The warp-specialized Gluon backward (issue 19) against float64, and its sm_90 build.
+
+On a CPU machine: a compile for sm_90 (shared memory within the H200's 227 KB, warpgroup MMAs,
+the register hand-over and the dQ atomics in the PTX) and the refusals. On a Hopper GPU (marked
+`gpu`): dq, dk, dv against float64 autograd, with the forward's own lse.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils.triton_attention import backward_ws as bws
+from course_utils.triton_attention import forward_ws as ws
+from tests.test_triton_backward import GPU_TOL, make_generator, make_inputs, reference_grads
+from tests.test_triton_backward import rel_err as grad_err
+from tests.test_triton_forward_ws import SHAPES  # one tile, several, N_Q != N_K, many programs
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+requires_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_90)")
+H200_SHARED = 232448
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_builds_for_sm90(d, causal):
+    compiled = bws.compile_for_sm90(d, causal)
+    ptx = compiled.ptx
+    assert compiled.shared_bytes <= H200_SHARED, compiled.shared_bytes
+    assert compiled.n_regs <= bws.MAXNREG
+    assert "wgmma.mma_async" in ptx
+    assert "red.global" in ptx or "atom.global" in ptx  # dQ added by atomics
+    assert f"setmaxnreg.dec.sync.aligned.u32 \t{bws.LOADER_REGS.value}" in ptx
+    assert f"setmaxnreg.inc.sync.aligned.u32 \t{bws.GRAD_REGS.value}" in ptx
+
+
+def test_refuses_what_the_forward_refuses():
+    gen = make_generator("bws-cpu")
+    q, k, v, do = make_inputs(gen, 1, 2, 256, 256, 64, torch.bfloat16, device="cpu")
+    out, lse = torch.zeros_like(q), torch.zeros(q.shape[:3])
+    assert "needs CUDA tensors" in ws.supported(q, k, v, False)
+    # on a CPU machine the kernel refuses them; on a GPU machine the teaching kernel's checks do
+    with pytest.raises(ValueError, match="needs CUDA tensors|must be CUDA tensors"):
+        bws.flash_attention_bwd_ws(do, q, k, v, out, lse)
+
+
+def test_bad_lse_gets_the_teaching_kernels_error():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    q, k, v, do = make_inputs(make_generator("bws-lse"), 1, 2, 256, 256, 64, torch.bfloat16,
+                              device=device)  # fmt: skip
+    lse = torch.zeros(q.shape[:2], device=device)
+    with pytest.raises(ValueError, match="lse must be a float32 tensor of shape"):
+        bws.flash_attention_bwd_ws(do, q, k, v, torch.zeros_like(q), lse)
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gradients_match_float64(shape, causal, dtype):
+    batch, heads, n_q, n_k, d = shape
+    if causal and n_q != n_k:
+        pytest.skip("causal needs N_Q == N_K")
+    q, k, v, do = make_inputs(make_generator("bws", shape, causal, dtype), batch, heads, n_q, n_k,
+                              d, dtype, device="cuda")  # fmt: skip
+    out = bws.FlashAttentionWS.apply(q, k, v, causal)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    ref = reference_grads(q, k, v, do, causal)
+    for name, x, r in zip(("out", "dq", "dk", "dv"), (out, *grads), ref, strict=True):
+        assert grad_err(x, r) < GPU_TOL[dtype], (name, grad_err(x, r))
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_slots", [1, 2, 3])
+def test_any_ring_depth_and_a_scale(num_slots):
+    q, k, v, do = make_inputs(make_generator("bws-depth", num_slots), 1, 2, 512, 768, 128,
+                              torch.bfloat16, device="cuda", scale=4.0)  # fmt: skip
+    out, lse = ws.flash_attention_fwd_ws(q.detach(), k.detach(), v.detach(), False, 0.3)
+    grads = bws.flash_attention_bwd_ws(do, q, k, v, out, lse, False, 0.3, num_slots=num_slots)
+    ref = reference_grads(q, k, v, do, False, 0.3)[1:]
+    for name, x, r in zip(("dq", "dk", "dv"), grads, ref, strict=True):
+        assert grad_err(x, r) < GPU_TOL[torch.bfloat16], (name, grad_err(x, r))
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dq_split", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(2, 2, 1024, 1024, 128), (3, 20, 512, 512, 128)])
+def test_either_way_of_adding_dq(shape, causal, dq_split):
+    """d = 128: the warpgroups sharing dS^T (half of dQ's columns each) or not (each its keys)."""
+    batch, heads, n_q, n_k, d = shape
+    q, k, v, do = make_inputs(make_generator("bws-split", shape, causal, dq_split), batch, heads,
+                              n_q, n_k, d, torch.bfloat16, device="cuda")  # fmt: skip
+    out, lse = ws.flash_attention_fwd_ws(q.detach(), k.detach(), v.detach(), causal)
+    grads = bws.flash_attention_bwd_ws(do, q, k, v, out, lse, causal, dq_split=dq_split)
+    ref = reference_grads(q, k, v, do, causal)[1:]
+    for name, x, r in zip(("dq", "dk", "dv"), grads, ref, strict=True):
+        assert grad_err(x, r) < GPU_TOL[torch.bfloat16], (name, grad_err(x, r))
