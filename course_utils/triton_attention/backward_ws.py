@@ -19,12 +19,17 @@ One program per (head, tile of BLOCK_N = 128 keys); its warps split by job:
 dS^T goes through shared memory, where the dQ product reads it transposed. At d = 128 the two
 warpgroups share their dS^T halves (an mbarrier between them) and each computes half of dQ_i's
 columns over all 128 keys: 32 accumulator registers a thread instead of 64, and half the atomics.
-At d = 64 each warpgroup adds its own keys' part of dQ_i.
+At d = 64 (and at d = 128 with dq_split=False) each warpgroup adds its own keys' part of dQ_i.
 
 HBM traffic per head, N queries and keys: K, V read once; Q, dO, lse and D once per key tile
 (N / 128 times, most re-reads from L2); dK, dV written once; dQ read-modified-written in fp32 once
 per key tile (by atomics, in L2), then scaled and cast once. Shapes it takes: `forward_ws.supported`
 (Hopper, float16 or bfloat16, d 64 or 128, contiguous, lengths multiples of 128).
+
+Measured on the H200 (benchmarks/RESULTS.md, "Gluon backward, runs 1 and 2"): correct, and slower
+than the course backward at every point (0.53-0.66 of cuDNN), the atomics being much of the cost.
+A tested benchmark variant (`python -m benchmarks.backward_ws`); the autograd function keeps the
+course backward.
 """
 
 from __future__ import annotations
@@ -51,7 +56,6 @@ _thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 LOG2E = 1.4426950408889634
 BLOCK_M = 64  # query rows per step
 BLOCK_N = 128  # keys per program: two warpgroups of 64
-KEY_ROWS = 64  # keys per gradient warpgroup (wgmma's M is 64 per warpgroup)
 NUM_SLOTS = 2  # Q/dO ring depth
 DQ_SPLIT_DEFAULT = True
 LOADER_REGS = gl.constexpr(24)
