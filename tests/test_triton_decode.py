@@ -141,7 +141,7 @@ def test_gpu_head_major_pages_at_scale(n):
     pages, page, heads, d = n // 16, 16, 32, 128
     q = torch.randn(1, heads, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     k = torch.randn(pages, page, heads, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-    v = torch.randn_like(k)
+    v = torch.randn(pages, page, heads, d, device="cuda", dtype=torch.bfloat16, generator=gen)
     table = torch.randperm(pages, device="cuda", generator=gen).view(1, pages).to(torch.int32)
     lens = torch.full((1,), n, device="cuda", dtype=torch.int32)
     out, lse = flash_decode(q, k, v, table, lens)

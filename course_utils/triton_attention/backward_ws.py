@@ -48,7 +48,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .._validate import softmax_scale_or_default
 from .backward import PREPROCESS_BLOCK_M, _attn_bwd_preprocess_kernel, _check_backward_inputs
 from .forward import _bind_cuda_context
-from .forward_ws import _GL_DTYPES, _descriptor, _tma_load, descriptor_signature, supported
+from .forward_ws import (
+    _GL_DTYPES,
+    HEAD_DIMS,
+    _descriptor,
+    _tma_load,
+    descriptor_signature,
+    supported,
+)
 
 # Triton 3.9 renamed the barrier among a partition's threads (3.6, on the lent H200: the old name).
 _thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -325,6 +332,8 @@ def flash_attention_bwd_ws(
     dq_split = dq_split and d == 128  # at d = 64 a half would be 32 columns: below a wgmma tile
     scale = float(softmax_scale_or_default(softmax_scale, d))
     bh = batch * heads
+    if q.numel() == 0:  # no query: out does not depend on q, k, v (as the course backward)
+        return tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     delta = torch.empty((batch, heads, n_q), dtype=torch.float32, device=q.device)
     _attn_bwd_preprocess_kernel[(triton.cdiv(n_q, PREPROCESS_BLOCK_M), bh)](
         out, do, delta, n_q, HEAD_DIM=d, BLOCK_D=d, BLOCK_M=PREPROCESS_BLOCK_M
@@ -374,8 +383,8 @@ def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = to
     machine that it builds for Hopper, with its shared memory, registers and PTX."""
     from .targets import compile_for
 
-    if d not in (64, 128) or dtype not in _GL_DTYPES:
-        raise ValueError("d must be 64 or 128 and dtype float16 or bfloat16")
+    if d not in HEAD_DIMS or dtype not in _GL_DTYPES:
+        raise ValueError(f"d must be one of {HEAD_DIMS} and dtype float16 or bfloat16")
     signature = descriptor_signature(
         d, dtype, {"q_desc": BLOCK_M, "k_desc": BLOCK_N, "v_desc": BLOCK_N, "do_desc": BLOCK_M}
     )
