@@ -72,22 +72,45 @@ def copy_bandwidth() -> float:
     return 2 * 2**30 / ms / 1e6
 
 
-def paged_inputs(batch, kv_heads, n, page_size, gen):
-    """q (batch, 32, d); a paged cache with each sequence's pages shuffled; the block table;
-    seq_lens; and the same K, V as contiguous (batch, kv_heads, n, d) tensors for SDPA."""
+def page_cache(k, v, page_size, gen, layout="nhd"):
+    """K and V (batch, kv_heads, n, d) cut into pages of page_size tokens placed in a random order:
+    (k_cache, v_cache, block_table). layout "nhd": each page stored (page_size, kv_heads, d),
+    token-major, as vLLM's FlashAttention backend keeps it; "hnd": stored (kv_heads, page_size, d),
+    head-major as FlashInfer's HND, and returned as its (num_pages, page_size, kv_heads, d) view
+    (one head's page is page_size * d contiguous elements)."""
+    if layout not in ("nhd", "hnd"):
+        raise ValueError(f"layout must be 'nhd' or 'hnd', got {layout!r}")
+    batch, kv_heads, n, d = k.shape
     pages = n // page_size
+    perm = torch.randperm(batch * pages, device=k.device, generator=gen)
+    table = perm.view(batch, pages).to(torch.int32)
+    caches = []
+    for x in (k, v):
+        # page j of sequence b holds tokens j*page_size .. (j+1)*page_size - 1
+        paged = x.view(batch, kv_heads, pages, page_size, d)
+        if layout == "nhd":
+            cache = x.new_empty(batch * pages, page_size, kv_heads, d)
+            cache[table.long().flatten()] = paged.permute(0, 2, 3, 1, 4).reshape(
+                -1, page_size, kv_heads, d
+            )
+        else:
+            stored = x.new_empty(batch * pages, kv_heads, page_size, d)
+            stored[table.long().flatten()] = paged.permute(0, 2, 1, 3, 4).reshape(
+                -1, kv_heads, page_size, d
+            )
+            cache = stored.permute(0, 2, 1, 3)
+        caches.append(cache)
+    return caches[0], caches[1], table
+
+
+def paged_inputs(batch, kv_heads, n, page_size, gen, layout="nhd"):
+    """q (batch, 32, d); a paged cache with each sequence's pages shuffled; the block table;
+    seq_lens; and the same K, V as contiguous (batch, kv_heads, n, d) tensors for SDPA.
+    layout: see page_cache."""
     q = torch.randn(batch, Q_HEADS, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     k = torch.randn(batch, kv_heads, n, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn(batch, kv_heads, n, D, device="cuda", dtype=torch.bfloat16, generator=gen)
-    perm = torch.randperm(batch * pages, device="cuda", generator=gen)
-    table = perm.view(batch, pages).to(torch.int32)
-    k_cache = torch.empty(batch * pages, page_size, kv_heads, D, device="cuda", dtype=k.dtype)
-    v_cache = torch.empty_like(k_cache)
-    # page j of sequence b holds tokens j*page_size .. (j+1)*page_size - 1
-    k_pages = k.view(batch, kv_heads, pages, page_size, D).permute(0, 2, 3, 1, 4)
-    v_pages = v.view(batch, kv_heads, pages, page_size, D).permute(0, 2, 3, 1, 4)
-    k_cache[table.long().flatten()] = k_pages.reshape(-1, page_size, kv_heads, D)
-    v_cache[table.long().flatten()] = v_pages.reshape(-1, page_size, kv_heads, D)
+    k_cache, v_cache, table = page_cache(k, v, page_size, gen, layout)
     lens = torch.full((batch,), n, device="cuda", dtype=torch.int32)
     return q, k_cache, v_cache, table, lens, k, v
 

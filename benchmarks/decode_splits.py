@@ -25,7 +25,15 @@ import sys
 
 import torch
 
-from benchmarks.decode import D, copy_bandwidth, graphed, paged_inputs, sdpa_runner, time_ms
+from benchmarks.decode import (
+    D,
+    copy_bandwidth,
+    graphed,
+    page_cache,
+    paged_inputs,
+    sdpa_runner,
+    time_ms,
+)
 
 POINTS = ["1,32,8192", "1,32,65536", "8,8,8192", "8,8,65536", "8,32,8192", "8,32,65536"]
 
@@ -87,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         "--splits", type=int, nargs="+", help="default: choose_num_splits's count and one more"
     )
     parser.add_argument("--rounds", type=int, default=1, help="timings per variant (median)")
+    parser.add_argument(
+        "--pages", type=int, nargs="+", default=[16], help="page sizes (tokens) to time"
+    )
+    parser.add_argument(
+        "--layouts", nargs="+", default=["nhd"], choices=["nhd", "hnd"], help="see page_cache"
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks.decode_splits needs a CUDA GPU; there is none here.", file=sys.stderr)
@@ -105,36 +119,39 @@ def main(argv: list[str] | None = None) -> int:
         ref = flash_decode(q, kc, vc, tbl, lens, pdl=False)[0].float()
         tuning = default_tuning(batch, kv_heads)
         grid = batch * kv_heads
-        auto = choose_num_splits(batch, kv_heads, n, 16)
-        default = (auto, tuning["tile_tokens"], tuning["num_stages"], tuning["num_warps"])
-        variants = [(*default, False)]  # the default without pdl
-        for s, tile, stages, warps in itertools.product(
-            args.splits or sorted({auto, auto + 1}), args.tiles, args.stages, args.warps
-        ):
-            variants.append((s, tile, stages, warps, True))
         steps = []
-        for s, tile, stages, warps, pdl in variants:
-            before = {id(x) for x in compiled_partials()}
-            kw = dict(
-                num_splits=s, pages_per_tile=max(1, tile // 16), num_stages=stages,
-                num_warps=warps, pdl=pdl,
-            )  # fmt: skip
-            try:
-                out = flash_decode(q, kc, vc, tbl, lens, **kw)[0].float()
-            except Exception as exc:  # a config past the shared memory
-                print(f"{point} {kw}: {type(exc).__name__}: {str(exc)[:80]}", flush=True)
-                continue
-            err = float((out - ref).norm() / ref.norm())
-            if not err < 1e-2:
-                raise SystemExit(f"wrong at {point} {kw}: relative error {err}")
-            new = [x for x in compiled_partials() if id(x) not in before]
-            occ = occupancy(new[0], warps) if new else None
+        for page, layout in itertools.product(args.pages, args.layouts):
+            if (page, layout) != (16, "nhd"):
+                kc, vc, tbl = page_cache(k, v, page, gen, layout)
+            auto = choose_num_splits(batch, kv_heads, n, page)
+            default = (auto, tuning["tile_tokens"], tuning["num_stages"], tuning["num_warps"])
+            variants = [(*default, False)]  # the default without pdl
+            for s, tile, stages, warps in itertools.product(
+                args.splits or sorted({auto, auto + 1}), args.tiles, args.stages, args.warps
+            ):
+                variants.append((s, tile, stages, warps, True))
+            for s, tile, stages, warps, pdl in variants:
+                before = {id(x) for x in compiled_partials()}
+                kw = dict(
+                    num_splits=s, tile_tokens=tile, num_stages=stages, num_warps=warps, pdl=pdl
+                )
+                try:
+                    out = flash_decode(q, kc, vc, tbl, lens, **kw)[0].float()
+                except Exception as exc:  # a config past the shared memory
+                    print(f"{point} {kw}: {type(exc).__name__}: {str(exc)[:80]}", flush=True)
+                    continue
+                err = float((out - ref).norm() / ref.norm())
+                if not err < 1e-2:
+                    raise SystemExit(f"wrong at {point} page {page} {layout} {kw}: error {err}")
+                new = [x for x in compiled_partials() if id(x) not in before]
+                occ = occupancy(new[0], warps) if new else None
 
-            def step(kw=kw, args=(q, kc, vc, tbl, lens)):
-                return flash_decode(*args, check_values=False, **kw)
+                def step(kw=kw, args=(q, kc, vc, tbl, lens)):
+                    return flash_decode(*args, check_values=False, **kw)
 
-            is_default = (s, tile, stages, warps) == default
-            steps.append(((s, tile, stages, warps, pdl, is_default), graphed(step), occ))
+                is_default = (s, tile, stages, warps, page, layout) == (*default, 16, "nhd")
+                key = (s, tile, stages, warps, pdl, page, layout, is_default)
+                steps.append((key, graphed(step), occ))
         runs = [graphed(cudnn)] + [graph for _, graph, _ in steps]  # cuDNN timed with them
         times = {i: [] for i in range(len(runs))}
         for r in range(max(1, args.rounds)):  # rotating order: no variant always runs first
@@ -142,25 +159,27 @@ def main(argv: list[str] | None = None) -> int:
                 times[i].append(time_ms(runs[i]))
         cudnn_ms = sorted(times[0])[len(times[0]) // 2]
         cudnn_gbs = 2 * batch * kv_heads * n * D * 2 / cudnn_ms / 1e6
-        for i, ((s, tile, stages, warps, pdl, is_default), _, occ) in enumerate(steps):
+        for i, ((s, tile, stages, warps, pdl, page, layout, is_default), _, occ) in enumerate(
+            steps
+        ):
             ms = sorted(times[i + 1])[len(times[i + 1]) // 2]
             gbs = 2 * batch * kv_heads * n * D * 2 / ms / 1e6
             rows.append(
-                (batch, kv_heads, n, s, tile, stages, warps, pdl, grid * s, gbs, cudnn_gbs, occ,
-                 is_default)
+                (batch, kv_heads, n, s, tile, stages, warps, pdl, page, layout, grid * s, gbs,
+                 cudnn_gbs, occ, is_default)
             )  # fmt: skip
             print(rows[-1], flush=True)
         torch.cuda.empty_cache()
     print(f"device copy {copy_gbs:.0f} GB/s; {sms} SMs; * = the default")
     print(
-        "batch kv_heads      N splits tile stages warps pdl programs   GB/s  /copy /cudnn"
-        "  occupancy"
+        "batch kv_heads      N splits tile stages warps pdl page layout programs   GB/s  /copy"
+        " /cudnn  occupancy"
     )
-    for b, h, n, s, tile, st, warps, pdl, progs, gbs, cud, occ, is_default in rows:
+    for b, h, n, s, tile, st, warps, pdl, page, layout, progs, gbs, cud, occ, is_default in rows:
         o = f"{occ['regs']} regs, {occ['shared']} B smem, {occ['per_sm']}/SM" if occ else ""
         print(
             f"{b:5d} {h:8d} {n:6d} {s:6d} {tile:4d} {st:6d} {warps:5d} "
-            f"{'yes' if pdl else ' no':>3} "
+            f"{'yes' if pdl else ' no':>3} {page:4d} {layout:>6} "
             f"{progs:8d} {gbs:6.0f} {gbs / copy_gbs:6.2f} {gbs / cud:6.2f}"
             f"{'*' if is_default else ' '} {o}"
         )

@@ -29,3 +29,24 @@ def test_programs_per_sm_takes_the_tightest_limit():
 def test_without_a_gpu_the_benchmarks_say_so(module, capsys):
     assert module.main([]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layout", ["nhd", "hnd"])
+@pytest.mark.parametrize("page", [16, 64])
+def test_page_cache_puts_every_token_where_the_table_says(layout, page):
+    """The benchmark's paged cache, built on CPU: token t of sequence b, head h is in
+    cache[table[b, t // page], t % page, h], in either storage layout."""
+    gen = torch.Generator().manual_seed(page)
+    k, v = (torch.randn(2, 3, 128, 8, generator=gen) for _ in range(2))
+    k_cache, v_cache, table = decode.page_cache(k, v, page, gen, layout)
+    assert k_cache.shape == (2 * 128 // page, page, 3, 8) and table.dtype == torch.int32
+    assert sorted(table.flatten().tolist()) == list(range(2 * 128 // page))  # a permutation
+    if layout == "hnd":  # one head's page is contiguous
+        assert k_cache.stride(1) == 8 and k_cache.stride(2) == page * 8
+    t = torch.arange(128)
+    for b in range(2):
+        for cache, x in ((k_cache, k), (v_cache, v)):
+            got = cache[table[b, t // page].long(), t % page]  # (128, heads, d)
+            assert torch.equal(got.permute(1, 0, 2), x[b])
+    with pytest.raises(ValueError, match="layout must be 'nhd' or 'hnd'"):
+        decode.page_cache(k, v, page, gen, "nchw")

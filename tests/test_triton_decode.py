@@ -159,6 +159,34 @@ def test_several_pages_per_tile(pages_per_tile):
     _assert_close(out, lse, ref, _tol("float32"))
 
 
+@pytest.mark.parametrize(
+    "page, tile, lens",
+    [(64, 16, (130, 64, 1)), (64, 32, (200, 0, 63)), (32, 16, (75, 33)), (16, 64, (90, 17))],
+)
+def test_tiles_inside_large_pages(page, tile, lens):
+    # tile_tokens below the page size: several tiles per page (one table entry each), the
+    # ragged last tile inside a page; above it, several pages per tile as pages_per_tile does
+    case = DecodeCase("tile in page", 8, 2, 32, page, lens, 3, "float32", seed=page + tile)
+    out, lse, ref = _run(case, 3, tile_tokens=tile)
+    _assert_close(out, lse, ref, _tol("float32"))
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"tile_tokens": 24}, "tile_tokens must be a power of two >= 16, got 24"),
+        ({"tile_tokens": 8}, "tile_tokens must be a power of two >= 16, got 8"),
+        ({"tile_tokens": 0}, "tile_tokens must be a positive int, got 0"),
+        ({"tile_tokens": 32, "pages_per_tile": 2}, "give pages_per_tile or tile_tokens, not both"),
+        ({"pages_per_tile": 3}, "pages_per_tile must be a power of two, got 3"),
+    ],
+)
+def test_bad_tile_is_refused(kw, match):
+    tensors, _ = decode_inputs(DecodeCase("bad tile", 4, 2, 16, 16, (20,), 1, "float32", seed=1))
+    with pytest.raises(ValueError, match=match):
+        flash_decode(*(t.to(DEVICE) for t in tensors), **kw)
+
+
 def test_bfloat16():
     case = DecodeCase("bf16", 8, 2, 64, 16, (90, 33), 3, "bfloat16", seed=6)
     out, lse, ref = _run(case, 3)

@@ -34,8 +34,8 @@ and it weighs nothing in the merge. seq_len 0 gives out 0 and lse -inf.
     choose_num_splits(batch, kv_heads, max_seq_len, ...)     the SM-fill model of notebook 05
 
 Tunables (`default_tuning`: DEFAULT_TUNING or FEW_SEQUENCES_TUNING by the size of the grid, or
-keywords of flash_decode): pages_per_tile (the K/V tile is
-pages_per_tile * page_size tokens), num_warps, num_stages, programs_per_sm and
+keywords of flash_decode): tile_tokens (the K/V tile: whole pages, or part of one page when
+pages are larger; or pages_per_tile, whole pages), num_warps, num_stages, programs_per_sm and
 min_tokens_per_split (how num_splits is chosen). `python -m benchmarks.decode --sweep` times them.
 
 No tensor descriptors (tl.make_block_ptr is gone in triton 3.9): pointer loads, gathered through
@@ -63,7 +63,7 @@ MIN_ROWS = 16  # tl.dot needs at least 16 rows: a group of query heads is padded
 # Two regimes, timed on the H200 with CUDA graph replays (2026-12-02, benchmarks/RESULTS.md,
 # decode runs 3 to 8 and the sweeps).
 DEFAULT_TUNING = {  # batch * kv_heads >= SMs: the grid fills the GPU with little or no split
-    "tile_tokens": 64,  # pages_per_tile = max(1, tile_tokens // page_size) unless given
+    "tile_tokens": 64,  # BLOCK_N unless pages_per_tile or tile_tokens is given
     "num_warps": 4,
     "num_stages": 2,
     # num_splits: as many as keep every SM at no more than this many programs (one wave: the
@@ -119,7 +119,7 @@ def _decode_partials_kernel(
     HEAD_DIM: tl.constexpr,  # d
     BLOCK_D: tl.constexpr,  # d rounded up to a power of two
     PAGE_SIZE: tl.constexpr,  # tokens per page
-    BLOCK_N: tl.constexpr,  # tokens per K/V tile: PAGES_PER_TILE * PAGE_SIZE
+    BLOCK_N: tl.constexpr,  # tokens per K/V tile: whole pages, or a part of one page
     USE_PDL: tl.constexpr,  # programmatic dependent launch of the merge (Hopper and later)
 ):
     """(out, lse) of one chunk of one sequence's cache for the GROUP query heads of a KV head."""
@@ -154,20 +154,17 @@ def _decode_partials_kernel(
     for start in range(chunk_start, chunk_end, BLOCK_N):
         offs_n = start + offs_t  # logical token indices of the tile
         n_mask = offs_n < chunk_end  # the chunk's (and the sequence's) last tile is ragged
-        # the physical page of every token of the tile (PAGES_PER_TILE distinct values)
-        page = tl.load(table + offs_n // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
+        if BLOCK_N <= PAGE_SIZE:  # the tile lies in one page: one table entry
+            page = tl.load(table + start // PAGE_SIZE).to(tl.int64)
+        else:  # the physical page of every token of the tile (BLOCK_N / PAGE_SIZE values)
+            page = tl.load(table + offs_n // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
         slot = offs_n % PAGE_SIZE
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(
-            k_base + page[:, None] * stride_kp + slot[:, None] * stride_ks + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        )  # read BLOCK_N * d, once for the whole group
-        v = tl.load(
-            v_base + page[:, None] * stride_vp + slot[:, None] * stride_vs + offs_d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        )  # read BLOCK_N * d
+        row_k = page * stride_kp + slot * stride_ks  # (BLOCK_N,): each token's row
+        row_v = page * stride_vp + slot * stride_vs
+        k = tl.load(k_base + row_k[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + row_v[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+        # read BLOCK_N * d of each, once for the whole group
         s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_H, BLOCK_N), log2 units
         s = tl.where(n_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: the tile holds at least one token
@@ -421,6 +418,28 @@ def _positive_int(value, name: str) -> int:
     return value
 
 
+def tile_size(
+    page_size: int, pages_per_tile: int | None, tile_tokens: int | None, default: int
+) -> int:
+    """Tokens per K/V tile (BLOCK_N): page_size * pages_per_tile, or tile_tokens, or `default`
+    tokens when neither is given. Powers of two, so a tile is whole pages or part of one page
+    and never straddles a page's end; at least 16 tokens (tl.dot's smallest side)."""
+    if pages_per_tile is not None and tile_tokens is not None:
+        raise ValueError(
+            f"give pages_per_tile or tile_tokens, not both (got {pages_per_tile} and {tile_tokens})"
+        )
+    if pages_per_tile is not None:
+        pages_per_tile = _positive_int(pages_per_tile, "pages_per_tile")
+        if pages_per_tile & (pages_per_tile - 1):
+            raise ValueError(f"pages_per_tile must be a power of two, got {pages_per_tile}")
+        return page_size * pages_per_tile
+    name = "tile_tokens" if tile_tokens is not None else "the default tile_tokens"
+    tokens = _positive_int(default if tile_tokens is None else tile_tokens, name)
+    if tokens < 16 or tokens & (tokens - 1):
+        raise ValueError(f"{name} must be a power of two >= 16, got {tokens}")
+    return tokens
+
+
 def flash_decode(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -431,6 +450,7 @@ def flash_decode(
     num_splits: int | None = None,
     *,
     pages_per_tile: int | None = None,
+    tile_tokens: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
     check_values: bool = True,
@@ -454,8 +474,11 @@ def flash_decode(
         softmax_scale: tau, default 1 / sqrt(d).
         num_splits: chunks per cache; default choose_num_splits(batch, kv_heads,
             max_pages * page_size, page_size) (no device sync: the table's width, not seq_lens).
-        pages_per_tile, num_warps, num_stages: the launch (default default_tuning(batch,
-            kv_heads)).
+        pages_per_tile, tile_tokens: the K/V tile, as whole pages (pages_per_tile, a power of two)
+            or as tokens (tile_tokens, a power of two >= 16: whole pages, or a part of one page
+            when pages are larger); at most one of them (default default_tuning(batch,
+            kv_heads)'s tile_tokens).
+        num_warps, num_stages: the launch (default default_tuning(batch, kv_heads)).
         check_values: check seq_lens and the used block_table entries (one device sync); a
             benchmark that checked once may turn it off.
         partials: (out_partial, lse_partial) float32 buffers of shapes (batch, q_heads,
@@ -477,11 +500,7 @@ def flash_decode(
     if num_splits > MAX_SPLITS:
         raise ValueError(f"num_splits must be at most {MAX_SPLITS}, got {num_splits}")
     tuning = default_tuning(batch, kv_heads)
-    if pages_per_tile is None:
-        pages_per_tile = max(1, tuning["tile_tokens"] // page_size)
-    pages_per_tile = _positive_int(pages_per_tile, "pages_per_tile")
-    if pages_per_tile & (pages_per_tile - 1):
-        raise ValueError(f"pages_per_tile must be a power of two, got {pages_per_tile}")
+    block_n = tile_size(page_size, pages_per_tile, tile_tokens, tuning["tile_tokens"])
     num_warps = _positive_int(num_warps or tuning["num_warps"], "num_warps")
     num_stages = _positive_int(num_stages or tuning["num_stages"], "num_stages")
     pdl = pdl_supported(q.device) if pdl is None else bool(pdl)
@@ -498,7 +517,7 @@ def flash_decode(
     if INTERPRETER and q.dtype == torch.bfloat16:  # the interpreter gets bfloat16 wrong
         out32, lse = flash_decode(
             q.float(), k_cache.float(), v_cache.float(), block_table, seq_lens, tau, num_splits,
-            pages_per_tile=pages_per_tile, check_values=False,
+            tile_tokens=block_n, check_values=False,
         )  # fmt: skip
         return out32.to(q.dtype), lse
 
@@ -528,7 +547,7 @@ def flash_decode(
         kv_heads, num_splits, pages_per_split(max_pages, num_splits), tau * LOG2E,
         GROUP=group, BLOCK_H=max(MIN_ROWS, triton.next_power_of_2(group)), HEAD_DIM=d,
         BLOCK_D=max(16, triton.next_power_of_2(d)), PAGE_SIZE=page_size,
-        BLOCK_N=page_size * pages_per_tile, USE_PDL=pdl, num_warps=num_warps,
+        BLOCK_N=block_n, USE_PDL=pdl, num_warps=num_warps,
         num_stages=num_stages,
     )  # fmt: skip
     _decode_merge_kernel[(batch * q_heads,)](
