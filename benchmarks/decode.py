@@ -103,11 +103,11 @@ def page_cache(k, v, page_size, gen, layout="nhd"):
     return caches[0], caches[1], table
 
 
-def paged_inputs(batch, kv_heads, n, page_size, gen, layout="nhd"):
-    """q (batch, 32, d); a paged cache with each sequence's pages shuffled; the block table;
+def paged_inputs(batch, kv_heads, n, page_size, gen, layout="nhd", q_heads=Q_HEADS):
+    """q (batch, q_heads, d); a paged cache with each sequence's pages shuffled; the block table;
     seq_lens; and the same K, V as contiguous (batch, kv_heads, n, d) tensors for SDPA.
     layout: see page_cache."""
-    q = torch.randn(batch, Q_HEADS, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+    q = torch.randn(batch, q_heads, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     k = torch.randn(batch, kv_heads, n, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn(batch, kv_heads, n, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     k_cache, v_cache, table = page_cache(k, v, page_size, gen, layout)

@@ -9,7 +9,7 @@ If the course step and cuDNN's differ by a microsecond, this says whether it is 
 kernel, the merge, or between them.
 
     python -m benchmarks.decode_profile [--points 1,32,8192 ...] [--page-size 16]
-        [--layout nhd] [--steps 50]
+        [--layout nhd] [--q-heads 32] [--lean] [--steps 50]
 """
 
 from __future__ import annotations
@@ -88,18 +88,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--points", nargs="+", default=["1,32,8192"], metavar="B,KVH,N")
     parser.add_argument("--page-size", type=int, default=16)
     parser.add_argument("--layout", choices=["nhd", "hnd"], default="nhd", help="see page_cache")
+    parser.add_argument(
+        "--q-heads", type=int, help="query heads (default 32, or kv_heads if 32 is no multiple)"
+    )
+    parser.add_argument("--lean", action="store_true", help="also decode_lean's step")
     parser.add_argument("--steps", type=int, default=50)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks.decode_profile needs a CUDA GPU; there is none here.", file=sys.stderr)
         return 2
     from course_utils.triton_attention import flash_decode
+    from course_utils.triton_attention.decode import choose_num_splits
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     for text in args.points:
         batch, kv_heads, n = (int(x) for x in text.split(","))
+        q_heads = args.q_heads or (32 if 32 % kv_heads == 0 else kv_heads)
         q, k_cache, v_cache, table, lens, k, v = paged_inputs(
-            batch, kv_heads, n, args.page_size, gen, args.layout
+            batch, kv_heads, n, args.page_size, gen, args.layout, q_heads
         )
         kv_bytes = 2 * batch * kv_heads * n * D * 2
         flash_decode(q, k_cache, v_cache, table, lens)  # checks the inputs once, compiles
@@ -109,8 +115,17 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "cudnn": sdpa_runner("cudnn", q, k, v)[0],
         }
+        if args.lean:
+            from course_utils.triton_attention.decode_lean import flash_decode_lean
+
+            variants["lean"] = lambda q=q, kc=k_cache, vc=v_cache, t=table, ln=lens: (
+                flash_decode_lean(q, kc, vc, t, ln, check_values=False)
+            )
+            flash_decode_lean(q, k_cache, v_cache, table, lens)  # checks the inputs, compiles
+        splits = choose_num_splits(batch, kv_heads, n, args.page_size)
         print(
-            f"batch {batch}, kv_heads {kv_heads}, N {n}, page {args.page_size} {args.layout}",
+            f"batch {batch}, q_heads {q_heads}, kv_heads {kv_heads}, N {n}, page "
+            f"{args.page_size} {args.layout}, {splits} splits",
             flush=True,
         )
         for name, fn in variants.items():

@@ -14,7 +14,9 @@ default marked with *.
         [--rounds 3]
 
 --rounds times every variant and cuDNN that many times, in a rotating order, and reports the
-medians (a single timing in a fixed order cannot rank variants a percent apart).
+medians (a single timing in a fixed order cannot rank variants a percent apart). --pages and
+--layouts time the same K and V in other page sizes and in head-major pages (`page_cache`);
+--lean adds `decode_lean.flash_decode_lean`, whose "splits" column is its grid's program count.
 """
 
 from __future__ import annotations
@@ -75,11 +77,12 @@ def occupancy(kernel, warps: int) -> dict:
 
 def compiled_partials():
     """Every compiled variant of the partials kernel so far (Triton's per-device cache)."""
-    from course_utils.triton_attention import decode
+    from course_utils.triton_attention import decode, decode_lean
 
     kernels = []
-    for cache in decode._decode_partials_kernel.device_caches.values():
-        kernels.extend(cache[0].values())
+    for kernel in (decode._decode_partials_kernel, decode_lean._lean_partials_kernel):
+        for cache in kernel.device_caches.values():
+            kernels.extend(cache[0].values())
     return kernels
 
 
@@ -101,12 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--layouts", nargs="+", default=["nhd"], choices=["nhd", "hnd"], help="see page_cache"
     )
+    parser.add_argument(
+        "--lean", action="store_true", help="also decode_lean (pages spread evenly over the grid)"
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks.decode_splits needs a CUDA GPU; there is none here.", file=sys.stderr)
         return 2
     from course_utils.triton_attention import flash_decode
     from course_utils.triton_attention.decode import choose_num_splits, default_tuning, num_sms
+    from course_utils.triton_attention.decode_lean import flash_decode_lean, lean_programs
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     copy_gbs = copy_bandwidth()
@@ -125,18 +132,22 @@ def main(argv: list[str] | None = None) -> int:
                 kc, vc, tbl = page_cache(k, v, page, gen, layout)
             auto = choose_num_splits(batch, kv_heads, n, page)
             default = (auto, tuning["tile_tokens"], tuning["num_stages"], tuning["num_warps"])
-            variants = [(*default, False)]  # the default without pdl
+            variants = [(*default, False, flash_decode)]  # the default without pdl
             for s, tile, stages, warps in itertools.product(
                 args.splits or sorted({auto, auto + 1}), args.tiles, args.stages, args.warps
             ):
-                variants.append((s, tile, stages, warps, True))
-            for s, tile, stages, warps, pdl in variants:
+                variants.append((s, tile, stages, warps, True, flash_decode))
+            if args.lean:  # s: the grid's programs (lean_programs), not a split count
+                lean_p = lean_programs(batch, kv_heads, n // page)
+                for tile, stages, warps in itertools.product(args.tiles, args.stages, args.warps):
+                    variants.append((lean_p, tile, stages, warps, True, flash_decode_lean))
+            for s, tile, stages, warps, pdl, fn in variants:
                 before = {id(x) for x in compiled_partials()}
-                kw = dict(
-                    num_splits=s, tile_tokens=tile, num_stages=stages, num_warps=warps, pdl=pdl
-                )
+                kw = dict(tile_tokens=tile, num_stages=stages, num_warps=warps, pdl=pdl)
+                if fn is flash_decode:
+                    kw["num_splits"] = s
                 try:
-                    out = flash_decode(q, kc, vc, tbl, lens, **kw)[0].float()
+                    out = fn(q, kc, vc, tbl, lens, **kw)[0].float()
                 except Exception as exc:  # a config past the shared memory
                     print(f"{point} {kw}: {type(exc).__name__}: {str(exc)[:80]}", flush=True)
                     continue
@@ -146,11 +157,15 @@ def main(argv: list[str] | None = None) -> int:
                 new = [x for x in compiled_partials() if id(x) not in before]
                 occ = occupancy(new[0], warps) if new else None
 
-                def step(kw=kw, args=(q, kc, vc, tbl, lens)):
-                    return flash_decode(*args, check_values=False, **kw)
+                def step(kw=kw, args=(q, kc, vc, tbl, lens), fn=fn):
+                    return fn(*args, check_values=False, **kw)
 
-                is_default = (s, tile, stages, warps, page, layout) == (*default, 16, "nhd")
-                key = (s, tile, stages, warps, pdl, page, layout, is_default)
+                lean = fn is flash_decode_lean
+                is_default = not lean and (s, tile, stages, warps, page, layout) == (
+                    *default, 16, "nhd",
+                )  # fmt: skip
+                label = layout + ("+lean" if lean else "")
+                key = (s, tile, stages, warps, pdl, page, label, is_default)
                 steps.append((key, graphed(step), occ))
         runs = [graphed(cudnn)] + [graph for _, graph, _ in steps]  # cuDNN timed with them
         times = {i: [] for i in range(len(runs))}
@@ -165,21 +180,22 @@ def main(argv: list[str] | None = None) -> int:
             ms = sorted(times[i + 1])[len(times[i + 1]) // 2]
             gbs = 2 * batch * kv_heads * n * D * 2 / ms / 1e6
             rows.append(
-                (batch, kv_heads, n, s, tile, stages, warps, pdl, page, layout, grid * s, gbs,
+                (batch, kv_heads, n, s, tile, stages, warps, pdl, page, layout,
+                 s if layout.endswith("lean") else grid * s, gbs,
                  cudnn_gbs, occ, is_default)
             )  # fmt: skip
             print(rows[-1], flush=True)
         torch.cuda.empty_cache()
     print(f"device copy {copy_gbs:.0f} GB/s; {sms} SMs; * = the default")
     print(
-        "batch kv_heads      N splits tile stages warps pdl page layout programs   GB/s  /copy"
+        "batch kv_heads      N splits tile stages warps pdl page   layout programs   GB/s  /copy"
         " /cudnn  occupancy"
     )
     for b, h, n, s, tile, st, warps, pdl, page, layout, progs, gbs, cud, occ, is_default in rows:
         o = f"{occ['regs']} regs, {occ['shared']} B smem, {occ['per_sm']}/SM" if occ else ""
         print(
             f"{b:5d} {h:8d} {n:6d} {s:6d} {tile:4d} {st:6d} {warps:5d} "
-            f"{'yes' if pdl else ' no':>3} {page:4d} {layout:>6} "
+            f"{'yes' if pdl else ' no':>3} {page:4d} {layout:>8} "
             f"{progs:8d} {gbs:6.0f} {gbs / copy_gbs:6.2f} {gbs / cud:6.2f}"
             f"{'*' if is_default else ' '} {o}"
         )

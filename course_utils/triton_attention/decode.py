@@ -93,6 +93,65 @@ def default_tuning(batch: int, kv_heads: int, sms: int | None = None) -> dict:
 
 
 @triton.jit
+def chunk_partial(
+    q,  # (BLOCK_H, BLOCK_D) the group's queries, zero-padded
+    table,  # this sequence's row of the block table
+    k_base,  # k_cache + kv_head * stride_kh: this KV head's slice of the key cache
+    v_base,  # the same in the value cache
+    chunk_start,  # first token of the chunk (a page boundary)
+    chunk_end,  # one past its last token, at most seq_len: chunk_end <= chunk_start is empty
+    stride_kp,
+    stride_ks,
+    stride_vp,
+    stride_vs,
+    qk_scale,  # softmax_scale * log2(e)
+    BLOCK_H: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # tokens per K/V tile: whole pages, or a part of one page
+):
+    """(out, lse) of q against the tokens chunk_start .. chunk_end - 1 of one sequence's cache:
+    out (BLOCK_H, BLOCK_D) float32, lse (BLOCK_H,) natural log; an empty chunk gives out 0 and
+    lse -inf. Reads (chunk_end - chunk_start) * d elements of K and of V."""
+    offs_d = tl.arange(0, BLOCK_D)
+    d_mask = offs_d < HEAD_DIM
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)  # running max, log2 units
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)  # running sum of exp2(s - m_i)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)  # unnormalized out
+    offs_t = tl.arange(0, BLOCK_N)
+    for start in range(chunk_start, chunk_end, BLOCK_N):
+        offs_n = start + offs_t  # logical token indices of the tile
+        n_mask = offs_n < chunk_end  # the chunk's (and the sequence's) last tile is ragged
+        if BLOCK_N <= PAGE_SIZE:  # the tile lies in one page: one table entry
+            page = tl.load(table + start // PAGE_SIZE).to(tl.int64)
+        else:  # the physical page of every token of the tile (BLOCK_N / PAGE_SIZE values)
+            page = tl.load(table + offs_n // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
+        slot = offs_n % PAGE_SIZE
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        row_k = page * stride_kp + slot * stride_ks  # (BLOCK_N,): each token's row
+        row_v = page * stride_vp + slot * stride_vs
+        k = tl.load(k_base + row_k[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + row_v[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+        # read BLOCK_N * d of each, once for the whole group
+        s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_H, BLOCK_N), log2 units
+        s = tl.where(n_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: the tile holds at least one token
+        alpha = tl.math.exp2(m_i - m_new)  # 0 at the first tile
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+
+    # an empty chunk (no tile ran): l_i = 0 gives out 0 and lse -inf, never 0 / 0
+    seen = l_i > 0
+    l_safe = tl.where(seen, l_i, 1.0)
+    out = acc / l_safe[:, None]
+    lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))  # ln 2
+    return out, lse
+
+
+@triton.jit
 def _decode_partials_kernel(
     q_ptr,  # (batch, q_heads, d) queries, one token per sequence
     k_ptr,  # (num_pages, page_size, kv_heads, d) key cache
@@ -143,42 +202,11 @@ def _decode_partials_kernel(
     seq_len = tl.load(seq_lens_ptr + b)
     chunk_start = split * pages_per_split * PAGE_SIZE
     chunk_end = tl.minimum(chunk_start + pages_per_split * PAGE_SIZE, seq_len)
-    table = table_ptr + b.to(tl.int64) * stride_tb
-    k_base = k_ptr + kv_head.to(tl.int64) * stride_kh
-    v_base = v_ptr + kv_head.to(tl.int64) * stride_vh
-
-    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)  # running max, log2 units
-    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)  # running sum of exp2(s - m_i)
-    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)  # unnormalized out
-    offs_t = tl.arange(0, BLOCK_N)
-    for start in range(chunk_start, chunk_end, BLOCK_N):
-        offs_n = start + offs_t  # logical token indices of the tile
-        n_mask = offs_n < chunk_end  # the chunk's (and the sequence's) last tile is ragged
-        if BLOCK_N <= PAGE_SIZE:  # the tile lies in one page: one table entry
-            page = tl.load(table + start // PAGE_SIZE).to(tl.int64)
-        else:  # the physical page of every token of the tile (BLOCK_N / PAGE_SIZE values)
-            page = tl.load(table + offs_n // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
-        slot = offs_n % PAGE_SIZE
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        row_k = page * stride_kp + slot * stride_ks  # (BLOCK_N,): each token's row
-        row_v = page * stride_vp + slot * stride_vs
-        k = tl.load(k_base + row_k[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_base + row_v[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
-        # read BLOCK_N * d of each, once for the whole group
-        s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_H, BLOCK_N), log2 units
-        s = tl.where(n_mask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: the tile holds at least one token
-        alpha = tl.math.exp2(m_i - m_new)  # 0 at the first tile
-        p = tl.math.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
-
-    # an empty chunk (no tile ran): l_i = 0 gives out 0 and lse -inf, never 0 / 0
-    seen = l_i > 0
-    l_safe = tl.where(seen, l_i, 1.0)
-    out = acc / l_safe[:, None]
-    lse = tl.where(seen, (m_i + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))  # ln 2
+    out, lse = chunk_partial(
+        q, table_ptr + b.to(tl.int64) * stride_tb, k_ptr + kv_head.to(tl.int64) * stride_kh,
+        v_ptr + kv_head.to(tl.int64) * stride_vh, chunk_start, chunk_end, stride_kp, stride_ks,
+        stride_vp, stride_vs, qk_scale, BLOCK_H, HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N,
+    )  # fmt: skip
     row = (b * (kv_heads * GROUP) + heads).to(tl.int64) * num_splits + split  # (b, h, split)
     tl.store(lse_part_ptr + row, lse, mask=h_mask)
     out_ptrs = out_part_ptr + row[:, None] * HEAD_DIM + offs_d[None, :]
