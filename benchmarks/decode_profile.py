@@ -9,7 +9,7 @@ If the course step and cuDNN's differ by a microsecond, this says whether it is 
 kernel, the merge, or between them.
 
     python -m benchmarks.decode_profile [--points 1,32,8192 ...] [--page-size 16]
-        [--layout nhd] [--q-heads 32] [--lean] [--steps 50]
+        [--layout nhd] [--q-heads 32] [--steps 50]
 """
 
 from __future__ import annotations
@@ -91,7 +91,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--q-heads", type=int, help="query heads (default 32, or kv_heads if 32 is no multiple)"
     )
-    parser.add_argument("--lean", action="store_true", help="also decode_lean's step")
     parser.add_argument("--steps", type=int, default=50)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -115,13 +114,6 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "cudnn": sdpa_runner("cudnn", q, k, v)[0],
         }
-        if args.lean:
-            from course_utils.triton_attention.decode_lean import flash_decode_lean
-
-            variants["lean"] = lambda q=q, kc=k_cache, vc=v_cache, t=table, ln=lens: (
-                flash_decode_lean(q, kc, vc, t, ln, check_values=False)
-            )
-            flash_decode_lean(q, k_cache, v_cache, table, lens)  # checks the inputs, compiles
         splits = choose_num_splits(batch, kv_heads, n, args.page_size)
         print(
             f"batch {batch}, q_heads {q_heads}, kv_heads {kv_heads}, N {n}, page "

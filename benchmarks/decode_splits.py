@@ -14,9 +14,8 @@ default marked with *.
         [--rounds 3]
 
 --rounds times every variant and cuDNN that many times, in a rotating order, and reports the
-medians (a single timing in a fixed order cannot rank variants a percent apart). --pages and
---layouts time the same K and V in other page sizes and in head-major pages (`page_cache`);
---lean adds `decode_lean.flash_decode_lean`, whose "splits" column is its grid's program count.
+medians (a single timing in a fixed order cannot rank variants a percent apart). --page and
+--layout store the cache in other page sizes or head-major (`page_cache`), one cache a process.
 """
 
 from __future__ import annotations
@@ -27,15 +26,7 @@ import sys
 
 import torch
 
-from benchmarks.decode import (
-    D,
-    copy_bandwidth,
-    graphed,
-    page_cache,
-    paged_inputs,
-    sdpa_runner,
-    time_ms,
-)
+from benchmarks.decode import D, copy_bandwidth, graphed, paged_inputs, sdpa_runner, time_ms
 
 POINTS = ["1,32,8192", "1,32,65536", "8,8,8192", "8,8,65536", "8,32,8192", "8,32,65536"]
 
@@ -77,12 +68,11 @@ def occupancy(kernel, warps: int) -> dict:
 
 def compiled_partials():
     """Every compiled variant of the partials kernel so far (Triton's per-device cache)."""
-    from course_utils.triton_attention import decode, decode_lean
+    from course_utils.triton_attention import decode
 
     kernels = []
-    for kernel in (decode._decode_partials_kernel, decode_lean._lean_partials_kernel):
-        for cache in kernel.device_caches.values():
-            kernels.extend(cache[0].values())
+    for cache in decode._decode_partials_kernel.device_caches.values():
+        kernels.extend(cache[0].values())
     return kernels
 
 
@@ -98,22 +88,14 @@ def main(argv: list[str] | None = None) -> int:
         "--splits", type=int, nargs="+", help="default: choose_num_splits's count and one more"
     )
     parser.add_argument("--rounds", type=int, default=1, help="timings per variant (median)")
-    parser.add_argument(
-        "--pages", type=int, nargs="+", default=[16], help="page sizes (tokens) to time"
-    )
-    parser.add_argument(
-        "--layouts", nargs="+", default=["nhd"], choices=["nhd", "hnd"], help="see page_cache"
-    )
-    parser.add_argument(
-        "--lean", action="store_true", help="also decode_lean (pages spread evenly over the grid)"
-    )
+    parser.add_argument("--page", type=int, default=16, help="tokens per page")
+    parser.add_argument("--layout", default="nhd", choices=["nhd", "hnd"], help="see page_cache")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks.decode_splits needs a CUDA GPU; there is none here.", file=sys.stderr)
         return 2
     from course_utils.triton_attention import flash_decode
     from course_utils.triton_attention.decode import choose_num_splits, default_tuning, num_sms
-    from course_utils.triton_attention.decode_lean import flash_decode_lean, lean_programs
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     copy_gbs = copy_bandwidth()
@@ -121,52 +103,42 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for point in args.points:
         batch, kv_heads, n = (int(x) for x in point.split(","))
-        q, kc, vc, tbl, lens, k, v = paged_inputs(batch, kv_heads, n, 16, gen)
+        # one cache per process: two caches' graphs in one process met an illegal address
+        # (RESULTS.md, "Decode: the grid balanced over the SMs"), one never did
+        page, layout = args.page, args.layout
+        q, kc, vc, tbl, lens, k, v = paged_inputs(batch, kv_heads, n, page, gen, layout)
         cudnn, _ = sdpa_runner("cudnn", q, k, v, expand=True)
         ref = flash_decode(q, kc, vc, tbl, lens, pdl=False)[0].float()
         tuning = default_tuning(batch, kv_heads)
         grid = batch * kv_heads
         steps = []
-        for page, layout in itertools.product(args.pages, args.layouts):
-            if (page, layout) != (16, "nhd"):
-                kc, vc, tbl = page_cache(k, v, page, gen, layout)
-            auto = choose_num_splits(batch, kv_heads, n, page)
-            default = (auto, tuning["tile_tokens"], tuning["num_stages"], tuning["num_warps"])
-            variants = [(*default, False, flash_decode)]  # the default without pdl
-            for s, tile, stages, warps in itertools.product(
-                args.splits or sorted({auto, auto + 1}), args.tiles, args.stages, args.warps
-            ):
-                variants.append((s, tile, stages, warps, True, flash_decode))
-            if args.lean:  # s: the grid's programs (lean_programs), not a split count
-                lean_p = lean_programs(batch, kv_heads, n // page)
-                for tile, stages, warps in itertools.product(args.tiles, args.stages, args.warps):
-                    variants.append((lean_p, tile, stages, warps, True, flash_decode_lean))
-            for s, tile, stages, warps, pdl, fn in variants:
-                before = {id(x) for x in compiled_partials()}
-                kw = dict(tile_tokens=tile, num_stages=stages, num_warps=warps, pdl=pdl)
-                if fn is flash_decode:
-                    kw["num_splits"] = s
-                try:
-                    out = fn(q, kc, vc, tbl, lens, **kw)[0].float()
-                except Exception as exc:  # a config past the shared memory
-                    print(f"{point} {kw}: {type(exc).__name__}: {str(exc)[:80]}", flush=True)
-                    continue
-                err = float((out - ref).norm() / ref.norm())
-                if not err < 1e-2:
-                    raise SystemExit(f"wrong at {point} page {page} {layout} {kw}: error {err}")
-                new = [x for x in compiled_partials() if id(x) not in before]
-                occ = occupancy(new[0], warps) if new else None
+        auto = choose_num_splits(batch, kv_heads, n, page)
+        default = (auto, tuning["tile_tokens"], tuning["num_stages"], tuning["num_warps"])
+        variants = [(*default, False)]  # the default without pdl
+        for s, tile, stages, warps in itertools.product(
+            args.splits or sorted({auto, auto + 1}), args.tiles, args.stages, args.warps
+        ):
+            variants.append((s, tile, stages, warps, True))
+        for s, tile, stages, warps, pdl in variants:
+            before = {id(x) for x in compiled_partials()}
+            kw = dict(num_splits=s, tile_tokens=tile, num_stages=stages, num_warps=warps, pdl=pdl)
+            try:
+                out = flash_decode(q, kc, vc, tbl, lens, **kw)[0].float()
+            except Exception as exc:  # a config past the shared memory
+                print(f"{point} {kw}: {type(exc).__name__}: {str(exc)[:80]}", flush=True)
+                continue
+            err = float((out - ref).norm() / ref.norm())
+            if not err < 1e-2:
+                raise SystemExit(f"wrong at {point} page {page} {layout} {kw}: error {err}")
+            new = [x for x in compiled_partials() if id(x) not in before]
+            occ = occupancy(new[0], warps) if new else None
 
-                def step(kw=kw, args=(q, kc, vc, tbl, lens), fn=fn):
-                    return fn(*args, check_values=False, **kw)
+            def step(kw=kw, args=(q, kc, vc, tbl, lens)):
+                return flash_decode(*args, check_values=False, **kw)
 
-                lean = fn is flash_decode_lean
-                is_default = not lean and (s, tile, stages, warps, page, layout) == (
-                    *default, 16, "nhd",
-                )  # fmt: skip
-                label = layout + ("+lean" if lean else "")
-                key = (s, tile, stages, warps, pdl, page, label, is_default)
-                steps.append((key, graphed(step), occ))
+            is_default = (s, tile, stages, warps) == default
+            key = (s, tile, stages, warps, pdl, page, layout, is_default)
+            steps.append((key, graphed(step), occ))
         runs = [graphed(cudnn)] + [graph for _, graph, _ in steps]  # cuDNN timed with them
         times = {i: [] for i in range(len(runs))}
         for r in range(max(1, args.rounds)):  # rotating order: no variant always runs first
@@ -180,22 +152,21 @@ def main(argv: list[str] | None = None) -> int:
             ms = sorted(times[i + 1])[len(times[i + 1]) // 2]
             gbs = 2 * batch * kv_heads * n * D * 2 / ms / 1e6
             rows.append(
-                (batch, kv_heads, n, s, tile, stages, warps, pdl, page, layout,
-                 s if layout.endswith("lean") else grid * s, gbs,
+                (batch, kv_heads, n, s, tile, stages, warps, pdl, page, layout, grid * s, gbs,
                  cudnn_gbs, occ, is_default)
             )  # fmt: skip
             print(rows[-1], flush=True)
         torch.cuda.empty_cache()
     print(f"device copy {copy_gbs:.0f} GB/s; {sms} SMs; * = the default")
     print(
-        "batch kv_heads      N splits tile stages warps pdl page   layout programs   GB/s  /copy"
+        "batch kv_heads      N splits tile stages warps pdl page layout programs   GB/s  /copy"
         " /cudnn  occupancy"
     )
     for b, h, n, s, tile, st, warps, pdl, page, layout, progs, gbs, cud, occ, is_default in rows:
         o = f"{occ['regs']} regs, {occ['shared']} B smem, {occ['per_sm']}/SM" if occ else ""
         print(
             f"{b:5d} {h:8d} {n:6d} {s:6d} {tile:4d} {st:6d} {warps:5d} "
-            f"{'yes' if pdl else ' no':>3} {page:4d} {layout:>8} "
+            f"{'yes' if pdl else ' no':>3} {page:4d} {layout:>6} "
             f"{progs:8d} {gbs:6.0f} {gbs / copy_gbs:6.2f} {gbs / cud:6.2f}"
             f"{'*' if is_default else ' '} {o}"
         )
