@@ -3,8 +3,7 @@
     python -m benchmarks.forward_configs --d 64 --n 1024 --causal yes \\
         --configs 128x64w4s3r168 64x64w4s3 64x32w4s4
 
-A config is BLOCK_Mx BLOCK_N w warps s stages, optionally r and a register cap, and g and a head
-group (causal: the heaviest query tiles of each group of heads first; `make_config`).
+A config is BLOCK_Mx BLOCK_N w warps s stages, optionally r and a register cap (`make_config`).
 Each is launched by hand (tensor descriptors, as the autotuner's), checked against SDPA; then all
 of them, the autotuned family (`family`) and SDPA's cuDNN and flash backends are timed 1 +
 --rounds times, the order rotating between rounds; the medians in TFLOP/s are printed last with
@@ -23,19 +22,16 @@ import torch
 
 from benchmarks.attention import attention_flops, grid, rel_diff, sdpa_fn, time_ms
 
-CONFIG = re.compile(r"^(\d+)x(\d+)w(\d+)s(\d+)(?:r(\d+))?(?:g(\d+))?$")
+CONFIG = re.compile(r"^(\d+)x(\d+)w(\d+)s(\d+)(?:r(\d+))?$")
 
 
-def parse_config(text: str) -> tuple[int, int, int, int, int | None, int]:
-    """'128x64w4s3r168g16' -> (128, 64, 4, 3, 168, 16); no r: None, no g: 0 (the 2-D order);
-    ValueError naming the expected form."""
+def parse_config(text: str) -> tuple[int, int, int, int, int | None]:
+    """'128x64w4s3r168' -> (128, 64, 4, 3, 168); ValueError naming the expected form."""
     m = CONFIG.match(text)
     if not m:
-        raise ValueError(
-            f"config {text!r}: expected BMxBNwWARPSsSTAGES[rREGS][gHEADS], e.g. 128x64w4s3g16"
-        )
-    bm, bn, w, s, r, g = m.groups()
-    return int(bm), int(bn), int(w), int(s), (int(r) if r else None), int(g or 0)
+        raise ValueError(f"config {text!r}: expected BMxBNwWARPSsSTAGES[rREGS], e.g. 128x64w4s3")
+    bm, bn, w, s, r = m.groups()
+    return int(bm), int(bn), int(w), int(s), (int(r) if r else None)
 
 
 def main(argv: list[str] | None = None) -> int:

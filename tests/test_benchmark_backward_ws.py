@@ -44,10 +44,8 @@ def test_backward_ws_without_a_hopper_gpu_says_so(tmp_path, capsys):
 
 
 def test_forward_configs_parse_and_refuse():
-    assert forward_configs.parse_config("128x64w4s3r168") == (128, 64, 4, 3, 168, 0)
-    assert forward_configs.parse_config("64x32w4s4") == (64, 32, 4, 4, None, 0)
-    assert forward_configs.parse_config("128x64w4s3g16") == (128, 64, 4, 3, None, 16)
-    assert forward_configs.parse_config("128x64w4s3r168g8") == (128, 64, 4, 3, 168, 8)
+    assert forward_configs.parse_config("128x64w4s3r168") == (128, 64, 4, 3, 168)
+    assert forward_configs.parse_config("64x32w4s4") == (64, 32, 4, 4, None)
     with pytest.raises(ValueError, match="expected BMxBNwWARPSsSTAGES"):
         forward_configs.parse_config("128x64")
 

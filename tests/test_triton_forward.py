@@ -165,23 +165,6 @@ def test_any_tiling_and_tile_movement(tiling, causal, tma):
     check_against_reference(q, k, v, causal, TOL[torch.float32], config=config, tma=tma)
 
 
-@pytest.mark.parametrize("head_group", [1, 2, 3, 8])
-def test_causal_head_group_order_covers_every_tile_once(head_group):
-    """The 1-D heaviest-first order: 5 heads in groups of 1, 2, 3 and 8 (a last group that is
-    partial, or one group larger than all heads), 4 query tiles each; NaN-filled outputs show
-    any tile that no program wrote, and a tile written for the wrong head fails the check."""
-    gen = make_generator("head_group", head_group)
-    q, k, v = make_qkv(gen, 1, 5, 61, 61, 32, torch.float32)
-    config = make_config(16, 16, num_warps=4, num_stages=1, head_group=head_group)
-    check_against_reference(q, k, v, True, TOL[torch.float32], config=config, tma=False)
-
-
-@pytest.mark.parametrize("bad", [-1, 1.5, True, "4"])
-def test_head_group_must_be_a_non_negative_int(bad):
-    with pytest.raises(ValueError, match="head_group must be an int >= 0"):
-        make_config(64, 32, 4, 2, head_group=bad)
-
-
 @settings(max_examples=12, deadline=None)
 @given(
     n=st.integers(1, 80),
@@ -298,18 +281,6 @@ def test_gpu_matches_float64(shape, dtype, tma):
     big = d > 128
     config = make_config(64 if big else 128, 64, num_warps=8, num_stages=2)
     check_against_reference(q, k, v, causal, GPU_TOL[dtype], config=config, tma=tma)
-
-
-@pytest.mark.gpu
-@requires_gpu
-@pytest.mark.parametrize("head_group", [4, 7])
-def test_gpu_causal_head_group_order(head_group):
-    """The heaviest-first 1-D order on the GPU: 2 x 13 heads (a partial last group), ragged N."""
-    gen = make_generator("gpu head_group", head_group)
-    q, k, v = make_qkv(gen, 2, 13, 1000, 1000, 64, torch.bfloat16)
-    config = make_config(128, 64, num_warps=4, num_stages=3, head_group=head_group)
-    for tma in (False, True):
-        check_against_reference(q, k, v, True, GPU_TOL[torch.bfloat16], config=config, tma=tma)
 
 
 @pytest.mark.gpu

@@ -169,26 +169,13 @@ def _attn_fwd_kernel(
     BLOCK_N: tl.constexpr,  # keys per loop step (Bc); BLOCK_M % BLOCK_N == 0 when CAUSAL
     CAUSAL: tl.constexpr,  # query i sees keys 0..i only (seqlen_q == seqlen_k)
     USE_TMA: tl.constexpr,  # q_ptr..out_ptr are (B*H, N, d) tensor descriptors (Hopper's TMA)
-    HEAD_GROUP: tl.constexpr = 0,  # causal: > 0 for a 1-D grid, heaviest tiles first (below)
 ):
     """out and lse for BLOCK_M queries of one head: program (query tile, b * H + h)."""
-    if CAUSAL and HEAD_GROUP > 0:
-        # 1-D grid, groups of HEAD_GROUP heads; inside a group the programs go by query tile,
-        # last (most keys) first, and by head inside a tile: the group's heaviest tiles all start
-        # before any lighter one, and the group's K and V stay in L2 while it runs.
-        pid = tl.program_id(0)
-        n_tiles = tl.cdiv(seqlen_q, BLOCK_M)
-        group = pid // (HEAD_GROUP * n_tiles)
-        heads_in_group = tl.minimum(HEAD_GROUP, tl.num_programs(0) // n_tiles - group * HEAD_GROUP)
-        rank = pid - group * HEAD_GROUP * n_tiles
-        start_m = n_tiles - 1 - rank // heads_in_group
-        bh = group * HEAD_GROUP + rank % heads_in_group
-    else:
-        start_m = tl.program_id(0)
-        if CAUSAL:
-            # The last query tiles see the most keys: launch them first (inside each head).
-            start_m = tl.num_programs(0) - 1 - start_m
-        bh = tl.program_id(1)
+    start_m = tl.program_id(0)
+    if CAUSAL:
+        # The last query tiles see the most keys: launch them first, so short ones fill the tail.
+        start_m = tl.num_programs(0) - 1 - start_m
+    bh = tl.program_id(1)
     if USE_TMA:
         # Descriptors made on the host: the head is an index (bh), not a pointer offset.
         q_src, k_src, v_src, out_dst = q_ptr, k_ptr, v_ptr, out_ptr
@@ -242,25 +229,15 @@ def _attn_fwd_kernel(
 
 
 def make_config(
-    block_m: int,
-    block_n: int,
-    num_warps: int,
-    num_stages: int,
-    maxnreg: int | None = None,
-    head_group: int = 0,
+    block_m: int, block_n: int, num_warps: int, num_stages: int, maxnreg: int | None = None
 ) -> triton.Config:
-    """A launch configuration: tiles, warps, pipeline depth, an optional register cap and, for
-    causal attention, an optional program order.
+    """A launch configuration: tiles, warps, pipeline depth and an optional register cap.
 
     A cap (maxnreg) lets two or three programs share a multiprocessor, so that one program's
-    softmax and loads overlap another's matrix products: it pays most at short N. head_group > 0
-    (causal only) launches the heaviest query tiles of each group of head_group heads first,
-    instead of each head's tiles in turn.
+    softmax and loads overlap another's matrix products: it pays most at short N.
     """
-    if isinstance(head_group, bool) or not isinstance(head_group, int) or head_group < 0:
-        raise ValueError(f"head_group must be an int >= 0, got {head_group!r}")
     return triton.Config(
-        {"BLOCK_M": block_m, "BLOCK_N": block_n, "HEAD_GROUP": head_group},
+        {"BLOCK_M": block_m, "BLOCK_N": block_n},
         num_warps=num_warps,
         num_stages=num_stages,
         maxnreg=maxnreg,
@@ -544,7 +521,8 @@ def launch_flash_attention_fwd(
     if config is None and INTERPRETER:
         config = INTERPRETER_CONFIG
     if config is None:
-        _autotuned_kernel(q.dtype)[lambda meta: _grid(meta, n_q, batch * heads)](*args, **constants)
+        grid = lambda meta: (triton.cdiv(n_q, meta["BLOCK_M"]), batch * heads)
+        _autotuned_kernel(q.dtype)[grid](*args, **constants)
     else:
         block_m, block_n = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
         if causal and block_m % block_n:
@@ -555,18 +533,11 @@ def launch_flash_attention_fwd(
         options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
         if config.maxnreg is not None:
             options["maxnreg"] = config.maxnreg
-        _attn_fwd_kernel[_grid(meta, n_q, batch * heads)](*args, **meta, **options)
+        grid = (triton.cdiv(n_q, block_m), batch * heads)
+        _attn_fwd_kernel[grid](*args, **meta, **options)
     if out_buf is not out:
         out.copy_(out_buf)
     return out, lse
-
-
-def _grid(meta: dict, n_q: int, bh: int) -> tuple[int, ...]:
-    """(query tiles, batch * heads), or one dimension of both for a causal HEAD_GROUP order."""
-    tiles = triton.cdiv(n_q, meta["BLOCK_M"])
-    if meta["CAUSAL"] and meta.get("HEAD_GROUP", 0) > 0:
-        return (tiles * bh,)
-    return (tiles, bh)
 
 
 def flash_attention_fwd(
