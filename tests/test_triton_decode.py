@@ -172,26 +172,8 @@ def test_tiles_inside_large_pages(page, tile, lens):
 
 
 @pytest.mark.parametrize(
-    "lanes, tile, lens, group",
-    [
-        (2, 32, (75, 16, 1, 0), 1),  # a lane with no token of the last tile; an empty sequence
-        (4, 64, (130, 17, 200), 4),  # GQA; lanes past a chunk's end
-        (2, 64, (33,), 3),  # lanes of 32 tokens, tiles of two pages
-    ],
-)
-def test_lanes_give_the_same_answer(lanes, tile, lens, group):
-    # each lane keeps its own online softmax over its slice of every tile; merged at the end
-    case = DecodeCase("lanes", 2 * group, 2, 32, 16, lens, 3, "float32", seed=lanes + tile)
-    out, lse, ref = _run(case, 3, tile_tokens=tile, lanes=lanes, num_warps=lanes)
-    _assert_close(out, lse, ref, _tol("float32"))
-
-
-@pytest.mark.parametrize(
     "kw, match",
     [
-        ({"tile_tokens": 32, "lanes": 4}, "lanes must be a power of two leaving at least 16"),
-        ({"tile_tokens": 64, "lanes": 3}, "lanes must be a power of two leaving at least 16"),
-        ({"lanes": 0}, "lanes must be a positive int, got 0"),
         ({"tile_tokens": 24}, "tile_tokens must be a power of two >= 16, got 24"),
         ({"tile_tokens": 8}, "tile_tokens must be a power of two >= 16, got 8"),
         ({"tile_tokens": 0}, "tile_tokens must be a positive int, got 0"),

@@ -152,73 +152,6 @@ def chunk_partial(
 
 
 @triton.jit
-def chunk_partial_lanes(
-    q,
-    table,
-    k_base,
-    v_base,
-    chunk_start,
-    chunk_end,
-    stride_kp,
-    stride_ks,
-    stride_vp,
-    stride_vs,
-    qk_scale,
-    BLOCK_H: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    PAGE_SIZE: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    LANES: tl.constexpr,
-):
-    """chunk_partial with the tile's tokens dealt to LANES independent slices (one per warp when
-    LANES = num_warps): slice w holds tokens w * BLOCK_N / LANES .. of each tile and its own
-    m_i, l_i and acc, so the tile's max and sum stay inside a warp; the slices are merged by lse
-    once, at the end. Same result and traffic as chunk_partial."""
-    NL: tl.constexpr = BLOCK_N // LANES
-    offs_d = tl.arange(0, BLOCK_D)
-    d_mask = offs_d < HEAD_DIM
-    q3 = tl.broadcast_to(q[None, :, :], (LANES, BLOCK_H, BLOCK_D))
-    m_i = tl.full([LANES, BLOCK_H], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([LANES, BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([LANES, BLOCK_H, BLOCK_D], dtype=tl.float32)
-    offs_t = tl.arange(0, LANES)[:, None] * NL + tl.arange(0, NL)[None, :]  # (LANES, NL)
-    for start in range(chunk_start, chunk_end, BLOCK_N):
-        offs_n = start + offs_t
-        n_mask = offs_n < chunk_end
-        if BLOCK_N <= PAGE_SIZE:
-            page = tl.load(table + start // PAGE_SIZE).to(tl.int64)
-        else:
-            page = tl.load(table + offs_n // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
-        slot = offs_n % PAGE_SIZE
-        kv_mask = n_mask[:, :, None] & d_mask[None, None, :]
-        row_k = page * stride_kp + slot * stride_ks
-        row_v = page * stride_vp + slot * stride_vs
-        k = tl.load(k_base + row_k[:, :, None] + offs_d[None, None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_base + row_v[:, :, None] + offs_d[None, None, :], mask=kv_mask, other=0.0)
-        s = tl.dot(q3, tl.trans(k, (0, 2, 1))) * qk_scale  # (LANES, BLOCK_H, NL)
-        s = tl.where(n_mask[:, None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 2))  # -inf where a lane's slice is all past the end
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m_i - m_safe)
-        p = tl.math.exp2(s - m_safe[:, :, None])
-        l_i = l_i * alpha + tl.sum(p, 2)
-        acc = acc * alpha[:, :, None] + tl.dot(p.to(v.dtype), v)
-        m_i = m_new
-    # merge the lanes
-    m = tl.max(m_i, 0)  # (BLOCK_H,)
-    m_s = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.math.exp2(m_i - m_s[None, :])  # (LANES, BLOCK_H), 0 for empty lanes
-    l = tl.sum(l_i * w, 0)
-    a = tl.sum(acc * w[:, :, None], 0)
-    seen = l > 0
-    l_safe = tl.where(seen, l, 1.0)
-    out = a / l_safe[:, None]
-    lse = tl.where(seen, (m + tl.math.log2(l_safe)) * 0.6931471805599453, float("-inf"))
-    return out, lse
-
-
-@triton.jit
 def _decode_partials_kernel(
     q_ptr,  # (batch, q_heads, d) queries, one token per sequence
     k_ptr,  # (num_pages, page_size, kv_heads, d) key cache
@@ -247,7 +180,6 @@ def _decode_partials_kernel(
     PAGE_SIZE: tl.constexpr,  # tokens per page
     BLOCK_N: tl.constexpr,  # tokens per K/V tile: whole pages, or a part of one page
     USE_PDL: tl.constexpr,  # programmatic dependent launch of the merge (Hopper and later)
-    LANES: tl.constexpr = 1,  # > 1: chunk_partial_lanes, the tile dealt to LANES slices
 ):
     """(out, lse) of one chunk of one sequence's cache for the GROUP query heads of a KV head."""
     if USE_PDL:
@@ -270,19 +202,11 @@ def _decode_partials_kernel(
     seq_len = tl.load(seq_lens_ptr + b)
     chunk_start = split * pages_per_split * PAGE_SIZE
     chunk_end = tl.minimum(chunk_start + pages_per_split * PAGE_SIZE, seq_len)
-    table = table_ptr + b.to(tl.int64) * stride_tb
-    k_base = k_ptr + kv_head.to(tl.int64) * stride_kh
-    v_base = v_ptr + kv_head.to(tl.int64) * stride_vh
-    if LANES > 1:
-        out, lse = chunk_partial_lanes(
-            q, table, k_base, v_base, chunk_start, chunk_end, stride_kp, stride_ks, stride_vp,
-            stride_vs, qk_scale, BLOCK_H, HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, LANES,
-        )  # fmt: skip
-    else:
-        out, lse = chunk_partial(
-            q, table, k_base, v_base, chunk_start, chunk_end, stride_kp, stride_ks, stride_vp,
-            stride_vs, qk_scale, BLOCK_H, HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N,
-        )  # fmt: skip
+    out, lse = chunk_partial(
+        q, table_ptr + b.to(tl.int64) * stride_tb, k_ptr + kv_head.to(tl.int64) * stride_kh,
+        v_ptr + kv_head.to(tl.int64) * stride_vh, chunk_start, chunk_end, stride_kp, stride_ks,
+        stride_vp, stride_vs, qk_scale, BLOCK_H, HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N,
+    )  # fmt: skip
     row = (b * (kv_heads * GROUP) + heads).to(tl.int64) * num_splits + split  # (b, h, split)
     tl.store(lse_part_ptr + row, lse, mask=h_mask)
     out_ptrs = out_part_ptr + row[:, None] * HEAD_DIM + offs_d[None, :]
@@ -560,7 +484,6 @@ def flash_decode(
     check_values: bool = True,
     partials: tuple[torch.Tensor, torch.Tensor] | None = None,
     pdl: bool | None = None,
-    lanes: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode attention over a paged KV cache: out[b, h] = softmax(tau q[b, h] K_b^T) V_b.
 
@@ -590,8 +513,6 @@ def flash_decode(
             num_splits, d) and (batch, q_heads, num_splits) to reuse (default: new ones).
         pdl: launch the merge kernel with programmatic dependent launch, so its launch overlaps
             the partials kernel's end (default: pdl_supported(q.device), Hopper or later).
-        lanes: deal each tile's tokens to this many slices, each with its own online softmax
-            (chunk_partial_lanes; a power of two, at least 16 tokens a slice); 1: chunk_partial.
 
     Returns:
         out: (batch, q_heads, d), q's dtype (0 where seq_lens[b] = 0).
@@ -609,12 +530,6 @@ def flash_decode(
     tuning = default_tuning(batch, kv_heads)
     block_n = tile_size(page_size, pages_per_tile, tile_tokens, tuning["tile_tokens"])
     num_warps = _positive_int(num_warps or tuning["num_warps"], "num_warps")
-    lanes = _positive_int(lanes, "lanes")
-    if lanes > 1 and (lanes & (lanes - 1) or block_n // lanes < 16):
-        raise ValueError(
-            f"lanes must be a power of two leaving at least 16 tokens of the {block_n}-token tile "
-            f"to each lane, got {lanes}"
-        )
     num_stages = _positive_int(num_stages or tuning["num_stages"], "num_stages")
     pdl = pdl_supported(q.device) if pdl is None else bool(pdl)
     if pdl and not pdl_supported(q.device):
@@ -630,7 +545,7 @@ def flash_decode(
     if INTERPRETER and q.dtype == torch.bfloat16:  # the interpreter gets bfloat16 wrong
         out32, lse = flash_decode(
             q.float(), k_cache.float(), v_cache.float(), block_table, seq_lens, tau, num_splits,
-            tile_tokens=block_n, check_values=False, lanes=lanes,
+            tile_tokens=block_n, check_values=False,
         )  # fmt: skip
         return out32.to(q.dtype), lse
 
@@ -660,7 +575,7 @@ def flash_decode(
         kv_heads, num_splits, pages_per_split(max_pages, num_splits), tau * LOG2E,
         GROUP=group, BLOCK_H=max(MIN_ROWS, triton.next_power_of_2(group)), HEAD_DIM=d,
         BLOCK_D=max(16, triton.next_power_of_2(d)), PAGE_SIZE=page_size,
-        BLOCK_N=block_n, USE_PDL=pdl, LANES=lanes, num_warps=num_warps,
+        BLOCK_N=block_n, USE_PDL=pdl, num_warps=num_warps,
         num_stages=num_stages,
     )  # fmt: skip
     _decode_merge_kernel[(batch * q_heads,)](
