@@ -72,17 +72,25 @@ def copy_bandwidth() -> float:
     return 2 * 2**30 / ms / 1e6
 
 
-def page_cache(k, v, page_size, gen, layout="nhd"):
-    """K and V (batch, kv_heads, n, d) cut into pages of page_size tokens placed in a random order:
-    (k_cache, v_cache, block_table). layout "nhd": each page stored (page_size, kv_heads, d),
+def page_cache(k, v, page_size, gen, layout="nhd", order="shuffled"):
+    """K and V (batch, kv_heads, n, d) cut into pages of page_size tokens: (k_cache, v_cache,
+    block_table). order "shuffled": the pages placed in a random order, as an engine's cache
+    holds them after many sequences came and went; "ordered": page j of sequence b at physical
+    page b * pages + j, as a fresh allocator lays them out. layout "nhd": each page stored
+    (page_size, kv_heads, d),
     token-major, as vLLM's FlashAttention backend keeps it; "hnd": stored (kv_heads, page_size, d),
     head-major as FlashInfer's HND, and returned as its (num_pages, page_size, kv_heads, d) view
     (one head's page is page_size * d contiguous elements)."""
     if layout not in ("nhd", "hnd"):
         raise ValueError(f"layout must be 'nhd' or 'hnd', got {layout!r}")
+    if order not in ("shuffled", "ordered"):
+        raise ValueError(f"order must be 'shuffled' or 'ordered', got {order!r}")
     batch, kv_heads, n, d = k.shape
     pages = n // page_size
-    perm = torch.randperm(batch * pages, device=k.device, generator=gen)
+    if order == "shuffled":
+        perm = torch.randperm(batch * pages, device=k.device, generator=gen)
+    else:
+        perm = torch.arange(batch * pages, device=k.device)
     table = perm.view(batch, pages).to(torch.int32)
     caches = []
     for x in (k, v):
@@ -103,14 +111,16 @@ def page_cache(k, v, page_size, gen, layout="nhd"):
     return caches[0], caches[1], table
 
 
-def paged_inputs(batch, kv_heads, n, page_size, gen, layout="nhd", q_heads=Q_HEADS):
-    """q (batch, q_heads, d); a paged cache with each sequence's pages shuffled; the block table;
-    seq_lens; and the same K, V as contiguous (batch, kv_heads, n, d) tensors for SDPA.
-    layout: see page_cache."""
+def paged_inputs(
+    batch, kv_heads, n, page_size, gen, layout="nhd", q_heads=Q_HEADS, order="shuffled"
+):
+    """q (batch, q_heads, d); a paged cache (its pages shuffled unless order="ordered"); the
+    block table; seq_lens; and the same K, V as contiguous (batch, kv_heads, n, d) tensors for
+    SDPA. layout, order: see page_cache."""
     q = torch.randn(batch, q_heads, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     k = torch.randn(batch, kv_heads, n, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn(batch, kv_heads, n, D, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k_cache, v_cache, table = page_cache(k, v, page_size, gen, layout)
+    k_cache, v_cache, table = page_cache(k, v, page_size, gen, layout, order)
     lens = torch.full((batch,), n, device="cuda", dtype=torch.int32)
     return q, k_cache, v_cache, table, lens, k, v
 

@@ -89,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--page-size", type=int, default=16)
     parser.add_argument("--layout", choices=["nhd", "hnd"], default="nhd", help="see page_cache")
     parser.add_argument(
+        "--order", choices=["shuffled", "ordered"], default="shuffled", help="see page_cache"
+    )
+    parser.add_argument(
         "--q-heads", type=int, help="query heads (default 32, or kv_heads if 32 is no multiple)"
     )
     parser.add_argument("--steps", type=int, default=50)
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         batch, kv_heads, n = (int(x) for x in text.split(","))
         q_heads = args.q_heads or (32 if 32 % kv_heads == 0 else kv_heads)
         q, k_cache, v_cache, table, lens, k, v = paged_inputs(
-            batch, kv_heads, n, args.page_size, gen, args.layout, q_heads
+            batch, kv_heads, n, args.page_size, gen, args.layout, q_heads, args.order
         )
         kv_bytes = 2 * batch * kv_heads * n * D * 2
         flash_decode(q, k_cache, v_cache, table, lens)  # checks the inputs once, compiles

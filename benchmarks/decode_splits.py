@@ -90,10 +90,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="timings per variant (median)")
     parser.add_argument("--page", type=int, default=16, help="tokens per page")
     parser.add_argument("--layout", default="nhd", choices=["nhd", "hnd"], help="see page_cache")
+    parser.add_argument(
+        "--order", default="shuffled", choices=["shuffled", "ordered"], help="see page_cache"
+    )
+    parser.add_argument(
+        "--l2-prefetch", choices=["64B", "128B", "256B"], help="see benchmarks.ptx_prefetch"
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks.decode_splits needs a CUDA GPU; there is none here.", file=sys.stderr)
         return 2
+    if args.l2_prefetch:
+        from benchmarks import ptx_prefetch
+
+        ptx_prefetch.install(args.l2_prefetch)
     from course_utils.triton_attention import flash_decode
     from course_utils.triton_attention.decode import choose_num_splits, default_tuning, num_sms
 
@@ -106,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         # one cache per process: two caches' graphs in one process met an illegal address
         # (RESULTS.md, "Decode: the grid balanced over the SMs"), one never did
         page, layout = args.page, args.layout
-        q, kc, vc, tbl, lens, k, v = paged_inputs(batch, kv_heads, n, page, gen, layout)
+        q, kc, vc, tbl, lens, k, v = paged_inputs(
+            batch, kv_heads, n, page, gen, layout, order=args.order
+        )
         cudnn, _ = sdpa_runner("cudnn", q, k, v, expand=True)
         ref = flash_decode(q, kc, vc, tbl, lens, pdl=False)[0].float()
         tuning = default_tuning(batch, kv_heads)
@@ -157,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             )  # fmt: skip
             print(rows[-1], flush=True)
         torch.cuda.empty_cache()
-    print(f"device copy {copy_gbs:.0f} GB/s; {sms} SMs; * = the default")
+    hint = f"; K/V copies .L2::{args.l2_prefetch}" if args.l2_prefetch else ""
+    print(f"device copy {copy_gbs:.0f} GB/s; {sms} SMs; pages {args.order}{hint}; * = the default")
     print(
         "batch kv_heads      N splits tile stages warps pdl page layout programs   GB/s  /copy"
         " /cudnn  occupancy"

@@ -31,16 +31,19 @@ def test_without_a_gpu_the_benchmarks_say_so(module, capsys):
     assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("order", ["shuffled", "ordered"])
 @pytest.mark.parametrize("layout", ["nhd", "hnd"])
 @pytest.mark.parametrize("page", [16, 64])
-def test_page_cache_puts_every_token_where_the_table_says(layout, page):
+def test_page_cache_puts_every_token_where_the_table_says(layout, page, order):
     """The benchmark's paged cache, built on CPU: token t of sequence b, head h is in
     cache[table[b, t // page], t % page, h], in either storage layout."""
     gen = torch.Generator().manual_seed(page)
     k, v = (torch.randn(2, 3, 128, 8, generator=gen) for _ in range(2))
-    k_cache, v_cache, table = decode.page_cache(k, v, page, gen, layout)
+    k_cache, v_cache, table = decode.page_cache(k, v, page, gen, layout, order)
     assert k_cache.shape == (2 * 128 // page, page, 3, 8) and table.dtype == torch.int32
     assert sorted(table.flatten().tolist()) == list(range(2 * 128 // page))  # a permutation
+    in_order = table.flatten().tolist() == list(range(2 * 128 // page))
+    assert in_order == (order == "ordered")
     if layout == "hnd":  # one head's page is contiguous
         assert k_cache.stride(1) == 8 and k_cache.stride(2) == page * 8
     t = torch.arange(128)
@@ -50,3 +53,22 @@ def test_page_cache_puts_every_token_where_the_table_says(layout, page):
             assert torch.equal(got.permute(1, 0, 2), x[b])
     with pytest.raises(ValueError, match="layout must be 'nhd' or 'hnd'"):
         decode.page_cache(k, v, page, gen, "nchw")
+    with pytest.raises(ValueError, match="order must be 'shuffled' or 'ordered'"):
+        decode.page_cache(k, v, page, gen, layout, "sorted")
+
+
+def test_l2_prefetch_hint_rewrites_only_the_bypassing_copies():
+    from benchmarks import ptx_prefetch
+
+    ptx = (
+        "\tcp.async.cg.shared.global [ %r72 + 0 ], [ %rd16 + 0 ], 0x10, %r73;\n"
+        "\t@%p7 cp.async.ca.shared.global [ %r22 + 0 ], [ %rd11 + 0 ], 0x4, %r132;\n"
+        "\tcp.async.cg.shared.global.L2::128B [ %r1 ], [ %rd1 ], 0x10;\n"
+    )
+    out, count = ptx_prefetch.add_hint(ptx, "256B")
+    assert count == 1
+    assert "cp.async.cg.shared.global.L2::256B [ %r72" in out
+    assert "cp.async.ca.shared.global [ %r22" in out  # 4-byte table loads through L1 untouched
+    assert "cp.async.cg.shared.global.L2::128B [ %r1 ]" in out  # an existing hint is kept
+    with pytest.raises(ValueError, match="size must be one of"):
+        ptx_prefetch.add_hint(ptx, "512B")
