@@ -93,17 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--order", default="shuffled", choices=["shuffled", "ordered"], help="see page_cache"
     )
-    parser.add_argument(
-        "--l2-prefetch", choices=["64B", "128B", "256B"], help="see benchmarks.ptx_prefetch"
-    )
+
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks.decode_splits needs a CUDA GPU; there is none here.", file=sys.stderr)
         return 2
-    if args.l2_prefetch:
-        from benchmarks import ptx_prefetch
-
-        ptx_prefetch.install(args.l2_prefetch)
     from course_utils.triton_attention import flash_decode
     from course_utils.triton_attention.decode import choose_num_splits, default_tuning, num_sms
 
@@ -169,8 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             )  # fmt: skip
             print(rows[-1], flush=True)
         torch.cuda.empty_cache()
-    hint = f"; K/V copies .L2::{args.l2_prefetch}" if args.l2_prefetch else ""
-    print(f"device copy {copy_gbs:.0f} GB/s; {sms} SMs; pages {args.order}{hint}; * = the default")
+    print(f"device copy {copy_gbs:.0f} GB/s; {sms} SMs; pages {args.order}; * = the default")
     print(
         "batch kv_heads      N splits tile stages warps pdl page layout programs   GB/s  /copy"
         " /cudnn  occupancy"

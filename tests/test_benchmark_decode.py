@@ -55,20 +55,3 @@ def test_page_cache_puts_every_token_where_the_table_says(layout, page, order):
         decode.page_cache(k, v, page, gen, "nchw")
     with pytest.raises(ValueError, match="order must be 'shuffled' or 'ordered'"):
         decode.page_cache(k, v, page, gen, layout, "sorted")
-
-
-def test_l2_prefetch_hint_rewrites_only_the_bypassing_copies():
-    from benchmarks import ptx_prefetch
-
-    ptx = (
-        "\tcp.async.cg.shared.global [ %r72 + 0 ], [ %rd16 + 0 ], 0x10, %r73;\n"
-        "\t@%p7 cp.async.ca.shared.global [ %r22 + 0 ], [ %rd11 + 0 ], 0x4, %r132;\n"
-        "\tcp.async.cg.shared.global.L2::128B [ %r1 ], [ %rd1 ], 0x10;\n"
-    )
-    out, count = ptx_prefetch.add_hint(ptx, "256B")
-    assert count == 1
-    assert "cp.async.cg.shared.global.L2::256B [ %r72" in out
-    assert "cp.async.ca.shared.global [ %r22" in out  # 4-byte table loads through L1 untouched
-    assert "cp.async.cg.shared.global.L2::128B [ %r1 ]" in out  # an existing hint is kept
-    with pytest.raises(ValueError, match="size must be one of"):
-        ptx_prefetch.add_hint(ptx, "512B")
