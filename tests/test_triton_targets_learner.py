@@ -259,9 +259,10 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
             ),
             cap,
         )
-        for regime, tune in (
-            ("", decode.DEFAULT_TUNING),
-            (" few-sequences", decode.FEW_SEQUENCES_TUNING),
+        for regime, tune, page in (
+            ("", decode.DEFAULT_TUNING, 16),
+            (" few-sequences", decode.FEW_SEQUENCES_TUNING, 16),
+            (" few-sequences large pages", decode.FEW_SEQUENCES_LARGE_PAGES_TUNING, 64),
         ):
             add(
                 "09",
