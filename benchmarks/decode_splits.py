@@ -93,13 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--order", default="shuffled", choices=["shuffled", "ordered"], help="see page_cache"
     )
-    parser.add_argument(
-        "--copies",
-        nargs="+",
-        default=["pointer"],
-        choices=["pointer", "tma", "evict_first"],
-        help="how the kernel loads K and V (tma: head-major pages only; see flash_decode)",
-    )
 
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -127,17 +120,14 @@ def main(argv: list[str] | None = None) -> int:
         steps = []
         auto = choose_num_splits(batch, kv_heads, n, page)
         default = (auto, tuning["tile_tokens"], tuning["num_stages"], tuning["num_warps"])
-        variants = [(*default, False, "pointer")]  # the default without pdl
-        for s, tile, stages, warps, copies in itertools.product(
-            args.splits or sorted({auto, auto + 1}), args.tiles, args.stages, args.warps,
-            args.copies,
-        ):  # fmt: skip
-            variants.append((s, tile, stages, warps, True, copies))
-        for s, tile, stages, warps, pdl, copies in variants:
+        variants = [(*default, False)]  # the default without pdl
+        for s, tile, stages, warps in itertools.product(
+            args.splits or sorted({auto, auto + 1}), args.tiles, args.stages, args.warps
+        ):
+            variants.append((s, tile, stages, warps, True))
+        for s, tile, stages, warps, pdl in variants:
             before = {id(x) for x in compiled_partials()}
             kw = dict(num_splits=s, tile_tokens=tile, num_stages=stages, num_warps=warps, pdl=pdl)
-            if copies != "pointer":
-                kw[copies] = True
             try:
                 out = flash_decode(q, kc, vc, tbl, lens, **kw)[0].float()
             except Exception as exc:  # a config past the shared memory
@@ -152,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             def step(kw=kw, args=(q, kc, vc, tbl, lens)):
                 return flash_decode(*args, check_values=False, **kw)
 
-            is_default = (s, tile, stages, warps) == default and copies == "pointer"
-            key = (s, tile, stages, warps, pdl, copies, page, layout, is_default)
+            is_default = (s, tile, stages, warps) == default
+            key = (s, tile, stages, warps, pdl, page, layout, is_default)
             steps.append((key, graphed(step), occ))
         runs = [graphed(cudnn)] + [graph for _, graph, _ in steps]  # cuDNN timed with them
         times = {i: [] for i in range(len(runs))}
@@ -162,31 +152,29 @@ def main(argv: list[str] | None = None) -> int:
                 times[i].append(time_ms(runs[i]))
         cudnn_ms = sorted(times[0])[len(times[0]) // 2]
         cudnn_gbs = 2 * batch * kv_heads * n * D * 2 / cudnn_ms / 1e6
-        for i, (
-            (s, tile, stages, warps, pdl, copies, page, layout, is_default),
-            _,
-            occ,
-        ) in enumerate(steps):
+        for i, ((s, tile, stages, warps, pdl, page, layout, is_default), _, occ) in enumerate(
+            steps
+        ):
             ms = sorted(times[i + 1])[len(times[i + 1]) // 2]
             gbs = 2 * batch * kv_heads * n * D * 2 / ms / 1e6
             rows.append(
-                (batch, kv_heads, n, s, tile, stages, warps, pdl, copies, page, layout,
-                 grid * s, gbs, cudnn_gbs, occ, is_default)
+                (batch, kv_heads, n, s, tile, stages, warps, pdl, page, layout, grid * s, gbs,
+                 cudnn_gbs, occ, is_default)
             )  # fmt: skip
             print(rows[-1], flush=True)
         torch.cuda.empty_cache()
     print(f"device copy {copy_gbs:.0f} GB/s; {sms} SMs; pages {args.order}; * = the default")
     print(
-        "batch kv_heads      N splits tile stages warps pdl      copies page layout programs"
-        "   GB/s  /copy /cudnn  occupancy"
+        "batch kv_heads      N splits tile stages warps pdl page layout programs   GB/s  /copy"
+        " /cudnn  occupancy"
     )
-    for b, h, n, s, tile, st, warps, pdl, cp, page, layout, progs, gbs, cud, occ, dflt in rows:
+    for b, h, n, s, tile, st, warps, pdl, page, layout, progs, gbs, cud, occ, is_default in rows:
         o = f"{occ['regs']} regs, {occ['shared']} B smem, {occ['per_sm']}/SM" if occ else ""
         print(
             f"{b:5d} {h:8d} {n:6d} {s:6d} {tile:4d} {st:6d} {warps:5d} "
-            f"{'yes' if pdl else ' no':>3} {cp:>11} {page:4d} {layout:>6} "
+            f"{'yes' if pdl else ' no':>3} {page:4d} {layout:>6} "
             f"{progs:8d} {gbs:6.0f} {gbs / copy_gbs:6.2f} {gbs / cud:6.2f}"
-            f"{'*' if dflt else ' '} {o}"
+            f"{'*' if is_default else ' '} {o}"
         )
     return 0
 

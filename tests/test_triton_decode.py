@@ -171,32 +171,6 @@ def test_tiles_inside_large_pages(page, tile, lens):
     _assert_close(out, lse, ref, _tol("float32"))
 
 
-@pytest.mark.parametrize("tile", [16, 32, 64])
-@pytest.mark.parametrize("mode", ["tma", "evict_first"])
-def test_copy_variants_give_the_same_answer(mode, tile):
-    # head-major 64-token pages (the TMA path's layout), NaN in every slot no token uses
-    case = DecodeCase("copies", 8, 2, 32, 64, (130, 0, 63, 1), 3, "float32", seed=tile)
-    tensors, (q, k, v, table, lens) = decode_inputs(case)
-    qt, kc, vc, tbl, sl = (t.to(DEVICE) for t in tensors)
-    used = torch.zeros(kc.shape[:2], dtype=torch.bool)
-    for b, n in enumerate(lens):
-        for t in range(int(n)):
-            used[int(table[b, t // 64]), t % 64] = True
-    kc, vc = (c.clone() for c in (kc, vc))
-    kc[~used.to(kc.device)] = float("nan")
-    vc[~used.to(vc.device)] = float("nan")
-    kc, vc = (c.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3) for c in (kc, vc))
-    out, lse = flash_decode(qt, kc, vc, tbl, sl, num_splits=3, tile_tokens=tile, **{mode: True})
-    _assert_close(out.double().cpu().numpy(), lse.double().cpu().numpy(),
-                  _naive(q, k, v, table, lens), _tol("float32"))  # fmt: skip
-
-
-def test_tma_needs_head_major_pages():
-    tensors, _ = decode_inputs(DecodeCase("tma", 4, 2, 32, 16, (20,), 1, "float32", seed=1))
-    with pytest.raises(ValueError, match="tma=True needs k_cache stored head-major"):
-        flash_decode(*(t.to(DEVICE) for t in tensors), tma=True)
-
-
 @pytest.mark.parametrize(
     "kw, match",
     [
@@ -308,6 +282,21 @@ def test_pdl_only_where_the_gpu_has_it():
     out_default, lse_default = flash_decode(q, k, v, table, lens)  # pdl where supported
     torch.testing.assert_close(out_default, out, rtol=0, atol=0)
     torch.testing.assert_close(lse_default, lse, rtol=0, atol=0)
+
+
+def test_tuning_follows_the_grid_and_the_page_size():
+    from course_utils.triton_attention import decode
+
+    # 8 * 32 caches fill 132 SMs: the large-grid settings, whatever the page size
+    assert decode.default_tuning(8, 32, 132, 256) == decode.DEFAULT_TUNING
+    # few caches: 64-token tiles inside pages of 64 tokens or more, else 32-token tiles
+    assert decode.default_tuning(1, 32, 132, 64) == decode.FEW_SEQUENCES_LARGE_PAGES_TUNING
+    assert decode.default_tuning(1, 32, 132, 256) == decode.FEW_SEQUENCES_LARGE_PAGES_TUNING
+    assert decode.default_tuning(1, 32, 132, 32) == decode.FEW_SEQUENCES_TUNING
+    assert decode.default_tuning(1, 32, 132) == decode.FEW_SEQUENCES_TUNING
+    # a copy: a caller may change it without changing the defaults
+    decode.default_tuning(1, 32, 132, 64)["num_stages"] = 99
+    assert decode.FEW_SEQUENCES_LARGE_PAGES_TUNING["num_stages"] == 3
 
 
 def test_choose_num_splits_follows_the_sm_fill_model():

@@ -127,15 +127,11 @@ def chunk_partial(
     stride_vp,
     stride_vs,
     qk_scale,  # softmax_scale * log2(e)
-    kv_head,  # this KV head (the TMA path's row of the head-major cache)
-    kv_heads,
     BLOCK_H: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,  # tokens per K/V tile: whole pages, or a part of one page
-    USE_TMA: tl.constexpr = False,  # k_base, v_base: (pages * kv_heads, page, d) descriptors
-    EVICT_FIRST: tl.constexpr = False,
 ):
     """(out, lse) of q against the tokens chunk_start .. chunk_end - 1 of one sequence's cache:
     out (BLOCK_H, BLOCK_D) float32, lse (BLOCK_H,) natural log; an empty chunk gives out 0 and
@@ -149,29 +145,16 @@ def chunk_partial(
     for start in range(chunk_start, chunk_end, BLOCK_N):
         offs_n = start + offs_t  # logical token indices of the tile
         n_mask = offs_n < chunk_end  # the chunk's (and the sequence's) last tile is ragged
-        if USE_TMA:  # one page's slice of this head: a box of BLOCK_N rows
-            page = tl.load(table + start // PAGE_SIZE)
-            box = [page * kv_heads + kv_head, start % PAGE_SIZE, 0]
-            k = k_base.load(box).reshape(BLOCK_N, BLOCK_D)
-            v = v_base.load(box).reshape(BLOCK_N, BLOCK_D)
-            v = tl.where(n_mask[:, None], v, 0.0)  # rows past the chunk: other tokens, or NaN
-        else:
-            if BLOCK_N <= PAGE_SIZE:  # the tile lies in one page: one table entry
-                page = tl.load(table + start // PAGE_SIZE).to(tl.int64)
-            else:  # the physical page of every token of the tile (BLOCK_N / PAGE_SIZE values)
-                page = tl.load(table + offs_n // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
-            slot = offs_n % PAGE_SIZE
-            kv_mask = n_mask[:, None] & d_mask[None, :]
-            row_k = page * stride_kp + slot * stride_ks  # (BLOCK_N,): each token's row
-            row_v = page * stride_vp + slot * stride_vs
-            k_ptrs = k_base + row_k[:, None] + offs_d[None, :]
-            v_ptrs = v_base + row_v[:, None] + offs_d[None, :]
-            if EVICT_FIRST:
-                k = tl.load(k_ptrs, mask=kv_mask, other=0.0, eviction_policy="evict_first")
-                v = tl.load(v_ptrs, mask=kv_mask, other=0.0, eviction_policy="evict_first")
-            else:
-                k = tl.load(k_ptrs, mask=kv_mask, other=0.0)
-                v = tl.load(v_ptrs, mask=kv_mask, other=0.0)
+        if BLOCK_N <= PAGE_SIZE:  # the tile lies in one page: one table entry
+            page = tl.load(table + start // PAGE_SIZE).to(tl.int64)
+        else:  # the physical page of every token of the tile (BLOCK_N / PAGE_SIZE values)
+            page = tl.load(table + offs_n // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
+        slot = offs_n % PAGE_SIZE
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        row_k = page * stride_kp + slot * stride_ks  # (BLOCK_N,): each token's row
+        row_v = page * stride_vp + slot * stride_vs
+        k = tl.load(k_base + row_k[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + row_v[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
         # read BLOCK_N * d of each, once for the whole group
         s = tl.dot(q, tl.trans(k)) * qk_scale  # (BLOCK_H, BLOCK_N), log2 units
         s = tl.where(n_mask[None, :], s, float("-inf"))
@@ -219,8 +202,6 @@ def _decode_partials_kernel(
     PAGE_SIZE: tl.constexpr,  # tokens per page
     BLOCK_N: tl.constexpr,  # tokens per K/V tile: whole pages, or a part of one page
     USE_PDL: tl.constexpr,  # programmatic dependent launch of the merge (Hopper and later)
-    USE_TMA: tl.constexpr = False,  # k_ptr, v_ptr: descriptors over head-major pages
-    EVICT_FIRST: tl.constexpr = False,
 ):
     """(out, lse) of one chunk of one sequence's cache for the GROUP query heads of a KV head."""
     if USE_PDL:
@@ -243,15 +224,10 @@ def _decode_partials_kernel(
     seq_len = tl.load(seq_lens_ptr + b)
     chunk_start = split * pages_per_split * PAGE_SIZE
     chunk_end = tl.minimum(chunk_start + pages_per_split * PAGE_SIZE, seq_len)
-    if USE_TMA:
-        k_base, v_base = k_ptr, v_ptr
-    else:
-        k_base = k_ptr + kv_head.to(tl.int64) * stride_kh
-        v_base = v_ptr + kv_head.to(tl.int64) * stride_vh
     out, lse = chunk_partial(
-        q, table_ptr + b.to(tl.int64) * stride_tb, k_base, v_base, chunk_start, chunk_end,
-        stride_kp, stride_ks, stride_vp, stride_vs, qk_scale, kv_head, kv_heads, BLOCK_H,
-        HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N, USE_TMA, EVICT_FIRST,
+        q, table_ptr + b.to(tl.int64) * stride_tb, k_ptr + kv_head.to(tl.int64) * stride_kh,
+        v_ptr + kv_head.to(tl.int64) * stride_vh, chunk_start, chunk_end, stride_kp, stride_ks,
+        stride_vp, stride_vs, qk_scale, BLOCK_H, HEAD_DIM, BLOCK_D, PAGE_SIZE, BLOCK_N,
     )  # fmt: skip
     row = (b * (kv_heads * GROUP) + heads).to(tl.int64) * num_splits + split  # (b, h, split)
     tl.store(lse_part_ptr + row, lse, mask=h_mask)
@@ -531,8 +507,6 @@ def flash_decode(
     check_values: bool = True,
     partials: tuple[torch.Tensor, torch.Tensor] | None = None,
     pdl: bool | None = None,
-    tma: bool = False,
-    evict_first: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode attention over a paged KV cache: out[b, h] = softmax(tau q[b, h] K_b^T) V_b.
 
@@ -595,7 +569,7 @@ def flash_decode(
     if INTERPRETER and q.dtype == torch.bfloat16:  # the interpreter gets bfloat16 wrong
         out32, lse = flash_decode(
             q.float(), k_cache.float(), v_cache.float(), block_table, seq_lens, tau, num_splits,
-            tile_tokens=block_n, check_values=False, tma=tma, evict_first=evict_first,
+            tile_tokens=block_n, check_values=False,
         )  # fmt: skip
         return out32.to(q.dtype), lse
 
@@ -616,12 +590,8 @@ def flash_decode(
                 f"{tuple(out_part.shape)} and {tuple(lse_part.shape)}"
             )
     group = q_heads // kv_heads
-    k_arg, v_arg = k_cache, v_cache
-    if tma:
-        k_arg, v_arg = (_head_major_descriptor(c, block_n, "k_cache" if i == 0 else "v_cache")
-                        for i, c in enumerate((k_cache, v_cache)))  # fmt: skip
     _decode_partials_kernel[(batch * kv_heads, num_splits)](
-        q, k_arg, v_arg, block_table, seq_lens, out_part, lse_part,
+        q, k_cache, v_cache, block_table, seq_lens, out_part, lse_part,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
@@ -629,8 +599,7 @@ def flash_decode(
         kv_heads, num_splits, pages_per_split(max_pages, num_splits), tau * LOG2E,
         GROUP=group, BLOCK_H=max(MIN_ROWS, triton.next_power_of_2(group)), HEAD_DIM=d,
         BLOCK_D=max(16, triton.next_power_of_2(d)), PAGE_SIZE=page_size,
-        BLOCK_N=block_n, USE_PDL=pdl, USE_TMA=bool(tma), EVICT_FIRST=bool(evict_first),
-        num_warps=num_warps,
+        BLOCK_N=block_n, USE_PDL=pdl, num_warps=num_warps,
         num_stages=num_stages,
     )  # fmt: skip
     _decode_merge_kernel[(batch * q_heads,)](
@@ -640,21 +609,6 @@ def flash_decode(
         **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
     return out, lse
-
-
-def _head_major_descriptor(cache: torch.Tensor, block_n: int, name: str):
-    """A (num_pages * kv_heads, page_size, d) tensor descriptor over a cache stored head-major
-    (each head's page contiguous), boxes of (1, block_n, d)."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    pages, page, heads, d = cache.shape
-    if cache.stride() != (heads * page * d, d, page * d, 1) or block_n > page:
-        raise ValueError(
-            f"tma=True needs {name} stored head-major, (num_pages, kv_heads, page_size, d) "
-            f"contiguous, and tiles no longer than a page; got strides {cache.stride()}"
-        )
-    flat = cache.as_strided((pages * heads, page, d), (page * d, d, 1))
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [1, block_n, d])
 
 
 def decode_kv_bytes(seq_lens, kv_heads: int, d: int, element_size: int) -> int:
