@@ -77,10 +77,10 @@ def page_cache(k, v, page_size, gen, layout="nhd", order="shuffled"):
     block_table). order "shuffled": the pages placed in a random order, as an engine's cache
     holds them after many sequences came and went; "ordered": page j of sequence b at physical
     page b * pages + j, as a fresh allocator lays them out. layout "nhd": each page stored
-    (page_size, kv_heads, d),
-    token-major, as vLLM's FlashAttention backend keeps it; "hnd": stored (kv_heads, page_size, d),
-    head-major as FlashInfer's HND, and returned as its (num_pages, page_size, kv_heads, d) view
-    (one head's page is page_size * d contiguous elements)."""
+    (page_size, kv_heads, d), token-major, as vLLM's FlashAttention backend keeps it; "hnd":
+    stored (kv_heads, page_size, d), head-major as FlashInfer's HND, and returned as its
+    (num_pages, page_size, kv_heads, d) view (one head's page is page_size * d contiguous
+    elements)."""
     if layout not in ("nhd", "hnd"):
         raise ValueError(f"layout must be 'nhd' or 'hnd', got {layout!r}")
     if order not in ("shuffled", "ordered"):

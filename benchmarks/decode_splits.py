@@ -15,7 +15,8 @@ default marked with *.
 
 --rounds times every variant and cuDNN that many times, in a rotating order, and reports the
 medians (a single timing in a fixed order cannot rank variants a percent apart). --page and
---layout store the cache in other page sizes or head-major (`page_cache`), one cache a process.
+--layout store the cache in other page sizes or head-major, --order with its pages in order
+(`page_cache`), one cache a process.
 """
 
 from __future__ import annotations
@@ -93,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--order", default="shuffled", choices=["shuffled", "ordered"], help="see page_cache"
     )
-
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks.decode_splits needs a CUDA GPU; there is none here.", file=sys.stderr)

@@ -6,6 +6,9 @@
 #                                            split-count experiment (benchmarks.decode_splits)
 #
 # Logs land in $OUT (default benchmarks/out); the decode table is appended to $OUT/RESULTS.md.
+# DECODE_ARGS passes options to the table, e.g. DECODE_ARGS="--page-size 64" for the pages on
+# which the few-sequence default takes 64-token tiles (RESULTS.md, "64-token tiles inside large
+# pages").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/out}
