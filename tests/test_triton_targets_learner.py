@@ -259,9 +259,9 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
             ),
             cap,
         )
-        for regime, tune, page in (
-            ("", decode.DEFAULT_TUNING, 16),
-            (" few-sequences", decode.FEW_SEQUENCES_TUNING, 16),
+        for regime, tune, tune_page in (
+            ("", decode.DEFAULT_TUNING, page),
+            (" few-sequences", decode.FEW_SEQUENCES_TUNING, page),
             (" few-sequences large pages", decode.FEW_SEQUENCES_LARGE_PAGES_TUNING, 64),
         ):
             add(
@@ -274,8 +274,8 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
                     BLOCK_H=max(16, group),
                     HEAD_DIM=d,
                     BLOCK_D=d,
-                    PAGE_SIZE=page,
-                    BLOCK_N=page * max(1, tune["tile_tokens"] // page),
+                    PAGE_SIZE=tune_page,
+                    BLOCK_N=tune_page * max(1, tune["tile_tokens"] // tune_page),
                     USE_PDL=decode.pdl_capable(cap),  # what flash_decode passes on that chip
                 ),
                 cap,
