@@ -83,6 +83,7 @@ GRID = [
     (2, 1, 16, 64, (129,), 1),
     (4, 2, 16, 16, (0, 0), 2),  # every sequence empty
     (4, 2, 16, 16, (50,), None),  # num_splits chosen by the model
+    (6, 2, 24, 64, (1, 64, 65, 130), 3),  # 64-token pages: the large-page tile, d not 2^k
 ]
 
 
