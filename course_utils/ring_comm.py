@@ -37,6 +37,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
+from multiprocessing import connection as mp_connection
 
 import numpy as np
 
@@ -324,6 +325,7 @@ def _child(fn, rank, P, backend, store_path, result_path, args, sizes, timeout_s
     sys.stdout = open(os.dup(1), "w", buffering=1)  # noqa: SIM115 - lives as long as the rank
     sys.stderr = open(os.dup(2), "w", buffering=1)  # noqa: SIM115
     status = "ok"
+    failed_at = None  # when fn raised: the earliest failure is the cause, the others its echoes
     try:
         import torch
         import torch.distributed as dist
@@ -336,13 +338,23 @@ def _child(fn, rank, P, backend, store_path, result_path, args, sizes, timeout_s
             backend, store=store, rank=rank, world_size=P, timeout=timedelta(seconds=timeout_s)
         )
         try:
+            # Gloo can let a rank leave init_process_group while a peer is still connecting to
+            # it; a rank that then ends at once closes sockets the peer needs. Two barriers: the
+            # whole mesh is up before fn runs, and no rank leaves while a peer is in fn.
+            ids = [torch.cuda.current_device()] if backend == "nccl" else None
+            dist.barrier(device_ids=ids)
             result = fn(RingComm(rank, P, list(sizes or [])), *args)
+            dist.barrier(device_ids=ids)
+        except BaseException:
+            failed_at = time.monotonic()  # before destroy closes the sockets the peers still use
+            raise
         finally:
             dist.destroy_process_group()
         payload = (status, _to_cpu(result))
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
         status = "raised"
-        payload = (status, (type(exc).__name__, str(exc), traceback.format_exc()))
+        when = time.monotonic() if failed_at is None else failed_at  # system-wide clock on Linux
+        payload = (status, (type(exc).__name__, str(exc), traceback.format_exc(), when))
     with open(result_path + ".tmp", "wb") as fh:
         pickle.dump(payload, fh)
     os.replace(result_path + ".tmp", result_path)
@@ -421,50 +433,87 @@ def launch_ring(
             p.start()
             procs.append(p)
         deadline = time.monotonic() + timeout_s + 15.0  # start-up, then the collectives
+        failing = False
         try:
-            for p in procs:
-                p.join(max(0.0, deadline - time.monotonic()))
-                if p.exitcode is None or p.exitcode != 0 and _failed(paths, procs):
+            while True:
+                alive = [p for p in procs if p.exitcode is None]
+                now = time.monotonic()
+                if not alive or now >= deadline:
                     break
+                if not failing and _failed(paths, procs):
+                    # One rank failed: its peers fail soon after (a closed socket, a dead
+                    # collective). They get a moment to record how, then are killed.
+                    failing = True
+                    deadline = min(deadline, now + _GRACE_S)
+                mp_connection.wait([p.sentinel for p in alive], timeout=min(0.1, deadline - now))
         finally:
             for p in procs:  # only the children started above, each by its own pid
                 if p.is_alive():
                     p.kill()
                     p.join(5.0)
+        cause = _root_error(paths)
+        if cause is not None:
+            raise cause
         results = []
         for r, path in enumerate(paths):
             if not os.path.exists(path):
                 tail = _tail(path + ".stderr")
                 code = procs[r].exitcode
                 why = "passed the deadline" if code in (None, -9) else f"exit code {code}"
-                first = _first_error(paths)
-                if first is not None:
-                    raise first
                 raise RingError(f"rank {r} of {P} returned nothing ({why}).{tail}")
             with open(path, "rb") as fh:
-                status, payload = pickle.load(fh)  # written by our own child process
-            if status != "ok":
-                raise _rank_error(r, P, payload)
+                _, payload = pickle.load(fh)  # written by our own child process
             results.append(payload)
     return results
 
 
+_GRACE_S = 3.0  # after the first failure, how long the other ranks have to report theirs
+_TOGETHER_S = 0.5  # failures this close in time are one failure, named by the lowest rank
+
+# What a rank reports when a peer died under it: an echo of another rank's failure, not a cause.
+_ECHOES = ("closed by peer", "remote worker crash", "reset by peer", "Connection reset")
+
+
 def _failed(paths, procs) -> bool:
-    return any(p.exitcode not in (None, 0) for p in procs) or _first_error(paths) is not None
+    return any(p.exitcode not in (None, 0) for p in procs) or _errors(paths) != []
 
 
-def _first_error(paths):
+def _errors(paths) -> list[tuple[int, tuple]]:
+    """(rank, (name, message, traceback, when)) of each rank that recorded an exception."""
+    found = []
     for r, path in enumerate(paths):
         if os.path.exists(path):
             with open(path, "rb") as fh:
                 status, payload = pickle.load(fh)
             if status != "ok":
-                return _rank_error(r, len(paths), payload)
-    return None
+                found.append((r, payload))
+    return found
+
+
+def _root_error(paths) -> Exception | None:
+    """The exception of the rank that failed first, as the other ranks see it.
+
+    When one rank raises, its neighbours fail too ("connection closed by peer", a timed-out
+    receive), often in less time than the first rank needs to report. The cause is a failure
+    that is not such an echo, and the earliest (each rank stamps the moment its fn raised,
+    before its sockets closed); ranks that failed together, as when every rank runs the same
+    broken line, are reported by the lowest rank.
+    """
+    found = _errors(paths)
+    if not found:
+        return None
+    causes = [e for e in found if not _is_echo(e[1][1])] or found
+    first = min(e[1][3] for e in causes)
+    r, payload = min(e for e in causes if e[1][3] <= first + _TOGETHER_S)
+    return _rank_error(r, len(paths), payload)
+
+
+def _is_echo(message: str) -> bool:
+    return any(e in message for e in _ECHOES)
 
 
 def _rank_error(r: int, P: int, payload) -> Exception:
-    name, message, _ = payload
+    name, message = payload[0], payload[1]
     cls = _BUILTIN_ERRORS.get(name)
     text = f"rank {r} of {P}: {name}: {message}"
     if "Timed out" in message or "timed out" in message or "Timeout" in message:

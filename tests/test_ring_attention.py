@@ -143,6 +143,20 @@ def test_launch_ring_names_the_failing_rank():
         launch_ring(_pid_and_raise, 2, [False, True])
 
 
+def _wait_for_a_failed_peer(comm, _):
+    if comm.rank == 1:
+        raise KeyError("rank one fails first")
+    t = torch.empty(1)
+    comm.irecv(t, 1).wait()  # fails when rank 1's sockets close: an echo of rank 1's failure
+    return comm.rank
+
+
+def test_launch_ring_names_the_cause_not_its_echo():
+    # Rank 0 fails too (its peer is gone), and it is rank 0: the report still names rank 1.
+    with pytest.raises(KeyError, match="rank 1 of 2.*rank one fails first"):
+        launch_ring(_wait_for_a_failed_peer, 2, [None, None], timeout_s=20.0)
+
+
 def _hang(comm, _):
     if comm.rank == 0:  # rank 1 never sends: rank 0 waits until the deadline
         t = torch.empty(1)
