@@ -339,12 +339,13 @@ def _child(fn, rank, P, backend, store_path, result_path, args, sizes, timeout_s
         )
         try:
             # Gloo can let a rank leave init_process_group while a peer is still connecting to
-            # it; a rank that then ends at once closes sockets the peer needs. Two barriers: the
-            # whole mesh is up before fn runs, and no rank leaves while a peer is in fn.
+            # it; a rank that then ends at once closes sockets the peer needs. After a barrier
+            # every rank has joined. None after fn: a rank that ends while its neighbour still
+            # waits for it (a missing send) should fail that neighbour at once, not at the
+            # deadline.
             ids = [torch.cuda.current_device()] if backend == "nccl" else None
             dist.barrier(device_ids=ids)
             result = fn(RingComm(rank, P, list(sizes or [])), *args)
-            dist.barrier(device_ids=ids)
         except BaseException:
             failed_at = time.monotonic()  # before destroy closes the sockets the peers still use
             raise
