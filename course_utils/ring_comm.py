@@ -408,7 +408,9 @@ def launch_ring(
 
     Raises:
         RingError (or the rank's own exception type when it is a builtin one, NotImplementedError
-        included) naming the first rank that failed; the other ranks are killed.
+        included) naming the rank that failed first: its peers' echoes of that failure (a
+        connection closed under them) are not reported. The other ranks get 3 s to report,
+        then are killed.
     """
     import multiprocessing as mp
 
