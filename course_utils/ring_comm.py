@@ -356,9 +356,11 @@ def _child(fn, rank, P, backend, store_path, result_path, args, sizes, timeout_s
         status = "raised"
         when = time.monotonic() if failed_at is None else failed_at  # system-wide clock on Linux
         payload = (status, (type(exc).__name__, str(exc), traceback.format_exc(), when))
-    with open(result_path + ".tmp", "wb") as fh:
+    # A failure goes to its own file: the parent polls for it without unpickling results.
+    path = result_path if status == "ok" else result_path + ".err"
+    with open(path + ".tmp", "wb") as fh:
         pickle.dump(payload, fh)
-    os.replace(result_path + ".tmp", result_path)
+    os.replace(path + ".tmp", path)
 
 
 def _to_cpu(value):
@@ -478,18 +480,18 @@ _ECHOES = ("closed by peer", "remote worker crash", "reset by peer", "Connection
 
 
 def _failed(paths, procs) -> bool:
-    return any(p.exitcode not in (None, 0) for p in procs) or _errors(paths) != []
+    exited = any(p.exitcode not in (None, 0) for p in procs)
+    return exited or any(os.path.exists(path + ".err") for path in paths)
 
 
 def _errors(paths) -> list[tuple[int, tuple]]:
     """(rank, (name, message, traceback, when)) of each rank that recorded an exception."""
     found = []
     for r, path in enumerate(paths):
-        if os.path.exists(path):
-            with open(path, "rb") as fh:
-                status, payload = pickle.load(fh)
-            if status != "ok":
-                found.append((r, payload))
+        if os.path.exists(path + ".err"):
+            with open(path + ".err", "rb") as fh:
+                _, payload = pickle.load(fh)  # written by our own child process
+            found.append((r, payload))
     return found
 
 
