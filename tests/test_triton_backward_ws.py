@@ -21,17 +21,37 @@ requires_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_
 H200_SHARED = 232448
 
 
+@pytest.mark.parametrize("dq_tma", [True, False])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
-def test_builds_for_sm90(d, causal):
-    compiled = bws.compile_for_sm90(d, causal)
+def test_builds_for_sm90(d, causal, dq_tma):
+    compiled = bws.compile_for_sm90(d, causal, dq_tma=dq_tma)
     ptx = compiled.ptx
     assert compiled.shared_bytes <= H200_SHARED, compiled.shared_bytes
     assert compiled.n_regs <= bws.MAXNREG
     assert "wgmma.mma_async" in ptx
-    assert "red.global" in ptx or "atom.global" in ptx  # dQ added by atomics
+    thread_atomics = "red.global" in ptx or "atom.global" in ptx
+    tma_adds = "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add" in ptx
+    assert (tma_adds, thread_atomics) == (dq_tma, not dq_tma), (tma_adds, thread_atomics)
     assert f"setmaxnreg.dec.sync.aligned.u32 \t{bws.LOADER_REGS.value}" in ptx
     assert f"setmaxnreg.inc.sync.aligned.u32 \t{bws.GRAD_REGS.value}" in ptx
+
+
+@pytest.mark.parametrize(
+    "d, num_slots, dq_split", [(64, 2, False), (64, 3, False), (128, 2, True), (128, 2, False)]
+)
+def test_shared_bytes_is_what_the_compiler_allocates(d, num_slots, dq_split):
+    """The host's count (which refuses a combination too large) against a real sm_90 build: the
+    compiler adds only the mbarriers, a few hundred bytes."""
+    counted = bws.shared_bytes(d, num_slots, dq_split, dq_tma=True)
+    compiled = bws.compile_for_sm90(d, False, num_slots=num_slots, dq_split=dq_split, dq_tma=True)
+    assert counted <= compiled.shared_bytes <= counted + 1024, (counted, compiled.shared_bytes)
+
+
+def test_the_largest_ring_with_tma_staging_is_refused_at_d128():
+    # own keys at d = 128: four fp32 (64, 64) staging tiles; with three Q/dO slots, 240 KB
+    assert bws.shared_bytes(128, 3, False, dq_tma=True) > bws.SHARED_LIMIT
+    assert bws.shared_bytes(128, 3, False, dq_tma=False) <= bws.SHARED_LIMIT
 
 
 def test_refuses_what_the_forward_refuses():
@@ -86,16 +106,34 @@ def test_any_ring_depth_and_a_scale(num_slots):
 
 @requires_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("dq_tma", [True, False])
 @pytest.mark.parametrize("dq_split", [True, False])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", [(2, 2, 1024, 1024, 128), (3, 20, 512, 512, 128)])
-def test_either_way_of_adding_dq(shape, causal, dq_split):
-    """d = 128: the warpgroups sharing dS^T (half of dQ's columns each) or not (each its keys)."""
+@pytest.mark.parametrize(
+    "shape", [(2, 2, 1024, 1024, 128), (3, 20, 512, 512, 128), (2, 3, 768, 512, 64)]
+)
+def test_every_way_of_adding_dq(shape, causal, dq_split, dq_tma):
+    """The warpgroups sharing dS^T (d = 128: half of dQ's columns each) or not (each its keys),
+    dQ added by TMA reduce-adds or by the threads' atomics."""
     batch, heads, n_q, n_k, d = shape
-    q, k, v, do = make_inputs(make_generator("bws-split", shape, causal, dq_split), batch, heads,
-                              n_q, n_k, d, torch.bfloat16, device="cuda")  # fmt: skip
+    if causal and n_q != n_k:
+        pytest.skip("causal needs N_Q == N_K")
+    q, k, v, do = make_inputs(make_generator("bws-split", shape, causal, dq_split, dq_tma), batch,
+                              heads, n_q, n_k, d, torch.bfloat16, device="cuda")  # fmt: skip
     out, lse = ws.flash_attention_fwd_ws(q.detach(), k.detach(), v.detach(), causal)
-    grads = bws.flash_attention_bwd_ws(do, q, k, v, out, lse, causal, dq_split=dq_split)
+    grads = bws.flash_attention_bwd_ws(
+        do, q, k, v, out, lse, causal, dq_split=dq_split, dq_tma=dq_tma
+    )
     ref = reference_grads(q, k, v, do, causal)[1:]
     for name, x, r in zip(("dq", "dk", "dv"), grads, ref, strict=True):
         assert grad_err(x, r) < GPU_TOL[torch.bfloat16], (name, grad_err(x, r))
+
+
+@requires_hopper
+@pytest.mark.gpu
+def test_a_combination_past_shared_memory_is_refused_by_name():
+    q, k, v, do = make_inputs(make_generator("bws-smem"), 1, 2, 256, 256, 128, torch.bfloat16,
+                              device="cuda")  # fmt: skip
+    out, lse = ws.flash_attention_fwd_ws(q, k, v, False)
+    with pytest.raises(ValueError, match="num_slots=3, dq_split=False, dq_tma=True at d = 128"):
+        bws.flash_attention_bwd_ws(do, q, k, v, out, lse, num_slots=3, dq_split=False)

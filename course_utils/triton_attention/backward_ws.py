@@ -41,6 +41,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
+    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -51,6 +52,7 @@ from .forward import _bind_cuda_context
 from .forward_ws import (
     _GL_DTYPES,
     HEAD_DIMS,
+    TensorDescriptor,
     _descriptor,
     _tma_load,
     descriptor_signature,
@@ -60,11 +62,38 @@ from .forward_ws import (
 # Triton 3.9 renamed the barrier among a partition's threads (3.6, on the lent H200: the old name).
 _thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
+
+def _tma_reduce_add_builtin():
+    """Gluon's TMA reduce-add (shared -> global, `cp.reduce.async.bulk.tensor ... add`).
+
+    Triton 3.9 exposes it as `tma.async_atomic_add`. Triton 3.6 (the lent H200's) has the same
+    operation in its compiler (`ttng.async_tma_reduce`, which `tl` descriptors' atomic_add lower
+    to) but no Gluon name for it: this builtin emits it directly there.
+    """
+    if hasattr(tma, "async_atomic_add"):
+        return tma.async_atomic_add
+    from triton._C.libtriton import ir
+    from triton.experimental.gluon.language._core import builtin
+
+    @builtin
+    def async_atomic_add(tensor_desc, coord, src, _semantic=None):
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(
+            ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle
+        )
+
+    return async_atomic_add
+
+
+_tma_reduce_add = _tma_reduce_add_builtin()
+
 LOG2E = 1.4426950408889634
 BLOCK_M = 64  # query rows per step
 BLOCK_N = 128  # keys per program: two warpgroups of 64
 NUM_SLOTS = 2  # Q/dO ring depth
 DQ_SPLIT_DEFAULT = True
+DQ_TMA_DEFAULT = True  # dQ by TMA reduce-adds (False: by the threads' atomics, runs 1 and 2)
+SHARED_LIMIT = 232448  # bytes of shared memory a program may opt into on sm_90
 LOADER_REGS = gl.constexpr(24)
 GRAD_REGS = gl.constexpr(240)
 MAXNREG = 168  # as forward_ws: 12 warps x 32 threads x 168 <= 65,536 registers
@@ -103,11 +132,15 @@ def _bwd_loader(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem
 
 @gluon.jit
 def _bwd_warpgroup(
-    wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, bars, dq_ptr, dk_ptr, dv_ptr,
-    lse_ptr, delta_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, CAUSAL,
+    wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, dq_stage, bars, dq_dst, dk_ptr,
+    dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, CAUSAL,
 ):  # fmt: skip
     """Keys wg*64 .. wg*64+63 of this program's tile: dK and dV over every query tile, and
-    this warpgroup's part of each dQ_i."""
+    this warpgroup's part of each dQ_i.
+
+    With dq_stage (BM, 64) slots (DQ_TMA), dq_dst is a descriptor over the fp32 dQ and each part
+    of dQ_i goes through this warpgroup's slots and one TMA reduce-add; else dq_dst is a pointer
+    and the threads add their registers with atomics."""
     kv_ready, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
     SLOTS: gl.constexpr = q_bufs.type.shape[0]
     BM: gl.constexpr = q_bufs.type.shape[1]
@@ -119,6 +152,7 @@ def _bwd_warpgroup(
     # in HEAD_DIM / DQ_N products, with no wait for the other. (Told by the buffer's shape:
     # constexprs passed through warp_specialize arrive as tensors.)
     DQ_SPLIT: gl.constexpr = len(ds_smem.type.shape) == 2
+    DQ_TMA: gl.constexpr = dq_stage.type.shape[1] == BM  # else a small unused buffer
     DQ_N: gl.constexpr = 64
     DQ_PARTS: gl.constexpr = 1 if DQ_SPLIT else HEAD_DIM // DQ_N
     dtype: gl.constexpr = q_bufs.dtype
@@ -189,13 +223,16 @@ def _bwd_warpgroup(
         # dS^T into shared memory, where the dQ product reads it as dS.
         if DQ_SPLIT:  # both warpgroups' last dQ products have read ds_smem
             mbarrier.wait(ds_free, (it & 1) ^ 1)
+        if DQ_TMA:  # the last step's reduce-adds have read dq_stage (the barrier below: all see it)
+            tma.store_wait(0)
         ds_rows.store(dst)
         fence_async_shared()
         _thread_barrier()  # every thread of the warpgroup has written its part
         if DQ_SPLIT:  # and the other warpgroup its half
             mbarrier.arrive(ds_ready, count=1)
             mbarrier.wait(ds_ready, it & 1)
-        dq_tile = dq_ptr + (bh * seqlen_q + i * BM).to(gl.int64) * HEAD_DIM  # a scalar pointer
+        if not DQ_TMA:
+            dq_tile = dq_dst + (bh * seqlen_q + i * BM).to(gl.int64) * HEAD_DIM  # a scalar pointer
         for h in gl.static_range(DQ_PARTS):
             if DQ_SPLIT:
                 dq_b = k_smem.slice(wg * DQ_N, DQ_N, dim=1)  # (BN, DQ_N)
@@ -212,14 +249,21 @@ def _bwd_warpgroup(
                     mbarrier.arrive(ds_free, count=1)
             else:
                 dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
-            # read-modify-write BM*DQ_N fp32, in L2
-            gl.atomic_add(dq_tile + h * DQ_N + dq_offs, dq, sem="relaxed")
+            if DQ_TMA:  # read-modify-write BM*DQ_N fp32 in L2, by the copy engine
+                dq_buf = dq_stage.index(wg * DQ_PARTS + h)
+                dq_buf.store(dq)
+                fence_async_shared()  # the writes before the copy engine reads them
+                _tma_reduce_add(dq_dst, [bh * seqlen_q + i * BM, dq_col0 + h * DQ_N], dq_buf)
+            else:  # read-modify-write BM*DQ_N fp32, in L2, by the threads
+                gl.atomic_add(dq_tile + h * DQ_N + dq_offs, dq, sem="relaxed")
 
     rows = bh * seqlen_k + k0 + gl.arange(0, KR, layout=gl.SliceLayout(1, kv_layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
     offs = rows[:, None] * HEAD_DIM + cols[None, :]
     gl.store(dk_ptr + offs, (dk * sm_scale).to(dtype))  # write KR*d
     gl.store(dv_ptr + offs, dv.to(dtype))  # write KR*d
+    if DQ_TMA:
+        tma.store_wait(0)  # the last reduce-adds have read dq_stage before the program ends
 
 
 @gluon.jit
@@ -228,7 +272,8 @@ def _attn_bwd_ws_kernel(
     k_desc,  # (B*H*N_K, d), tiles of (BLOCK_N, d)
     v_desc,  # (B*H*N_K, d), tiles of (BLOCK_N, d)
     do_desc,  # (B*H*N_Q, d), tiles of (BLOCK_M, d)
-    dq_ptr,  # (B*H*N_Q, d) fp32, zeroed: sum over key tiles of dS K (tau applied by the host)
+    dq_dst,  # (B*H*N_Q, d) fp32, zeroed: sum over key tiles of dS K (tau applied by the host);
+    # a descriptor with tiles of (BLOCK_M, 64) when DQ_TMA, else a pointer
     dk_ptr,  # (B*H*N_K, d), q's dtype
     dv_ptr,  # (B*H*N_K, d)
     lse_ptr,  # (B*H, N_Q) fp32, natural log
@@ -240,6 +285,7 @@ def _attn_bwd_ws_kernel(
     CAUSAL: gl.constexpr,
     NUM_SLOTS: gl.constexpr,
     DQ_SPLIT: gl.constexpr,  # the warpgroups split dQ_i's columns (d = 128 only)
+    DQ_TMA: gl.constexpr,  # dQ added by TMA reduce-adds from shared memory, not thread atomics
 ):
     """grid (N_K / BLOCK_N, B*H): one program per key tile of one head."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
@@ -256,6 +302,14 @@ def _attn_bwd_ws_kernel(
     else:  # one (BN / 2, BM) dS^T per warpgroup
         ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN // 2, BM], dtype)
         ds_smem = gl.allocate_shared_memory(dtype, [2, BN // 2, BM], ds_layout)
+    # The staging of dQ_i's parts for the TMA, (BM, 64) fp32 each: warpgroup wg's part h in
+    # slot wg * DQ_PARTS + h.
+    DQ_PARTS: gl.constexpr = 1 if DQ_SPLIT else HEAD_DIM // 64
+    if DQ_TMA:
+        dq_stage = gl.allocate_shared_memory(gl.float32, [2 * DQ_PARTS, BM, 64], dq_dst.layout)
+    else:  # unused
+        unused_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8, 32], gl.float32)
+        dq_stage = gl.allocate_shared_memory(gl.float32, [1, 8, 32], unused_layout)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -273,17 +327,18 @@ def _attn_bwd_ws_kernel(
         mbarrier.init(do_free.index(s), count=2)
     bars = (kv_ready, q_ready, q_free, do_ready, do_free, ds_ready, ds_free)
     grad_args = (
-        q_bufs, do_bufs, k_smem, v_smem, ds_smem, bars, dq_ptr, dk_ptr, dv_ptr, lse_ptr,
-        delta_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, CAUSAL,
+        bars, dq_dst, dk_ptr, dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale,
+        CAUSAL,
     )  # fmt: skip
+    smem = (q_bufs, do_bufs, k_smem, v_smem, ds_smem)
     loader_args = (
         q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem, bars, seqlen_q,
         seqlen_k, CAUSAL,
     )  # fmt: skip
     gl.warp_specialize(
         [
-            (_bwd_warpgroup, (0,) + grad_args),
-            (_bwd_warpgroup, (1,) + grad_args),
+            (_bwd_warpgroup, (0,) + smem + (dq_stage,) + grad_args),
+            (_bwd_warpgroup, (1,) + smem + (dq_stage,) + grad_args),
             (_bwd_loader, loader_args),
         ],
         [4, 1],
@@ -308,6 +363,7 @@ def flash_attention_bwd_ws(
     *,
     num_slots: int = NUM_SLOTS,
     dq_split: bool | None = None,
+    dq_tma: bool = DQ_TMA_DEFAULT,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) as `backward.flash_attention_bwd`, by the warp-specialized kernel
     (Hopper only; ValueError naming what `forward_ws.supported` refuses).
@@ -315,7 +371,10 @@ def flash_attention_bwd_ws(
     Args and shapes as flash_attention_bwd; num_slots: the Q/dO ring's depth (1 to 3);
     dq_split: at d = 128 the two warpgroups share their dS^T and each computes half of dQ_i's
     columns (half the atomics, a wait for each other every step), else each adds its own keys'
-    part of all columns (default DQ_SPLIT_DEFAULT). Extra memory: an fp32 dQ of q's shape.
+    part of all columns (default DQ_SPLIT_DEFAULT); dq_tma: each part of dQ_i is added by one
+    TMA reduce-add from shared memory (True) or by the threads' atomic adds (False). Extra
+    memory: an fp32 dQ of q's shape. A combination whose buffers pass the H200's shared memory
+    is refused (`shared_bytes`).
     """
     _check_backward_inputs(do, q, k, v, out, lse, causal)
     reason = supported(q, k, v, causal)
@@ -330,6 +389,12 @@ def flash_attention_bwd_ws(
     n_k = k.shape[2]
     dq_split = DQ_SPLIT_DEFAULT if dq_split is None else bool(dq_split)
     dq_split = dq_split and d == 128  # at d = 64 a half would be 32 columns: below a wgmma tile
+    need = shared_bytes(d, num_slots, dq_split, dq_tma)
+    if need > SHARED_LIMIT:
+        raise ValueError(
+            f"num_slots={num_slots}, dq_split={dq_split}, dq_tma={dq_tma} at d = {d} need "
+            f"{need} bytes of shared memory, more than the {SHARED_LIMIT} a program can have"
+        )
     scale = float(softmax_scale_or_default(softmax_scale, d))
     bh = batch * heads
     if q.numel() == 0:  # no query: out does not depend on q, k, v (as the course backward)
@@ -341,12 +406,41 @@ def flash_attention_bwd_ws(
     dq32 = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     _bind_cuda_context(q.device)
+    dq_dst = _dq_descriptor(dq32) if dq_tma else dq32
     _attn_bwd_ws_kernel[(n_k // BLOCK_N, bh)](
         _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
-        _descriptor(do, BLOCK_M), dq32, dk, dv, lse, delta, n_q, n_k, scale * LOG2E, scale,
-        CAUSAL=causal, NUM_SLOTS=num_slots, DQ_SPLIT=dq_split, num_warps=4, maxnreg=MAXNREG,
+        _descriptor(do, BLOCK_M), dq_dst, dk, dv, lse, delta, n_q, n_k, scale * LOG2E, scale,
+        CAUSAL=causal, NUM_SLOTS=num_slots, DQ_SPLIT=dq_split, DQ_TMA=bool(dq_tma),
+        num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
     return (dq32 * scale).to(q.dtype), dk, dv
+
+
+DQ_COLS = 64  # columns of dQ_i in one product and one reduce-add
+
+
+def _dq_layout():
+    return gl.NVMMASharedLayout.get_default_for([BLOCK_M, DQ_COLS], gl.float32)
+
+
+def _dq_descriptor(dq32: torch.Tensor) -> TensorDescriptor:
+    """A 2-D (B*H*N_Q, d) descriptor over the fp32 dQ, tiles of (BLOCK_M, 64): the reduce-adds'."""
+    flat = dq32.view(-1, dq32.shape[-1])
+    return TensorDescriptor(
+        flat, list(flat.shape), list(flat.stride()), [BLOCK_M, DQ_COLS], _dq_layout()
+    )
+
+
+def shared_bytes(d: int, num_slots: int, dq_split: bool, dq_tma: bool) -> int:
+    """Shared memory of one program, in bytes (the barriers aside): the Q/dO ring, K and V, dS^T,
+    and with dq_tma each warpgroup's fp32 staging of its dQ_i parts."""
+    elem = 2
+    ring = 2 * num_slots * BLOCK_M * d * elem
+    kv = 2 * BLOCK_N * d * elem
+    ds = BLOCK_N * BLOCK_M * elem
+    parts = 1 if dq_split else d // DQ_COLS
+    stage = 2 * parts * BLOCK_M * DQ_COLS * 4 if dq_tma else 0
+    return ring + kv + ds + stage
 
 
 class FlashAttentionWS(torch.autograd.Function):
@@ -378,7 +472,8 @@ class FlashAttentionWS(torch.autograd.Function):
 
 
 def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = torch.bfloat16,
-                     num_slots: int = NUM_SLOTS, dq_split: bool = DQ_SPLIT_DEFAULT):  # fmt: skip
+                     num_slots: int = NUM_SLOTS, dq_split: bool = DQ_SPLIT_DEFAULT,
+                     dq_tma: bool = DQ_TMA_DEFAULT):  # fmt: skip
     """Compile the kernel for sm_90 here, without a GPU (`targets.compile_for`): proof on a CPU
     machine that it builds for Hopper, with its shared memory, registers and PTX."""
     from .targets import compile_for
@@ -389,13 +484,22 @@ def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = to
         d, dtype, {"q_desc": BLOCK_M, "k_desc": BLOCK_N, "v_desc": BLOCK_N, "do_desc": BLOCK_M}
     )
     elem = {torch.bfloat16: "*bf16", torch.float16: "*fp16"}[dtype]
+    if dq_tma:
+        from triton.runtime.jit import mangle_type
+
+        signature["dq_dst"] = mangle_type(_dq_descriptor(torch.empty((4 * BLOCK_M, d))))
+    else:
+        signature["dq_dst"] = "*fp32"
     signature.update(
-        dq_ptr="*fp32", dk_ptr=elem, dv_ptr=elem, lse_ptr="*fp32", delta_ptr="*fp32",
+        dk_ptr=elem, dv_ptr=elem, lse_ptr="*fp32", delta_ptr="*fp32",
         seqlen_q="i32", seqlen_k="i32", qk_scale="fp32", sm_scale="fp32",
     )  # fmt: skip
     return compile_for(
         _attn_bwd_ws_kernel, signature,
-        {"CAUSAL": causal, "NUM_SLOTS": num_slots, "DQ_SPLIT": dq_split and d == 128},
+        {
+            "CAUSAL": causal, "NUM_SLOTS": num_slots, "DQ_SPLIT": dq_split and d == 128,
+            "DQ_TMA": bool(dq_tma),
+        },
         target=(9, 0), num_warps=4, maxnreg=MAXNREG,
-        divisible=("dq_ptr", "dk_ptr", "dv_ptr", "lse_ptr", "delta_ptr"),
+        divisible=("dk_ptr", "dv_ptr", "lse_ptr", "delta_ptr") + (() if dq_tma else ("dq_dst",)),
     )  # fmt: skip
