@@ -6,8 +6,9 @@ The grid of benchmarks.attention (batch * N = 16k tokens, heads * d = 2048, bf16
 one forward (the autograd function's) gives out and lse; then the backward alone of every
 variant: the course's three autotuned kernels (`flash_attention_bwd`), the Gluon kernel's
 variants (`sN`: an N-slot Q/dO ring; `split`: at d = 128 the warpgroups share dS^T and each adds
-half of dQ_i's columns, `own`: each adds its own keys' part; dQ added by TMA reduce-adds, or by
-the threads' atomics where the name ends in `-atom`), and SDPA's flash, cuDNN and
+half of dQ_i's columns, `own`: each adds its own keys' part; dQ added by TMA reduce-adds; each
+step's S^T and dP^T issued during the step before, or at its own start where the name ends in
+`-late`), and SDPA's flash, cuDNN and
 efficient backends (torch.autograd.grad on a kept graph). Each variant's dq, dk, dv are checked
 against SDPA's before timing; then all are timed 1 + --rounds times in rotating order (median
 kept). TFLOP/s count five N^2 d products (2.5 times the forward's FLOPs) for every variant. The
@@ -40,13 +41,14 @@ def variants(d: int) -> list[tuple[str, dict]]:
     """(name, options of flash_attention_bwd_ws) timed at head dimension d."""
     if d == 128:
         return [
-            ("split-s2-atom", {"num_slots": 2, "dq_split": True, "dq_tma": False}),
+            ("split-s2-late", {"num_slots": 2, "dq_split": True, "early": False}),
             ("split-s2", {"num_slots": 2, "dq_split": True}),
             ("split-s3", {"num_slots": 3, "dq_split": True}),
+            ("own-s2-late", {"num_slots": 2, "dq_split": False, "early": False}),
             ("own-s2", {"num_slots": 2, "dq_split": False}),
         ]
     return [
-        ("s2-atom", {"num_slots": 2, "dq_tma": False}),
+        ("s2-late", {"num_slots": 2, "early": False}),
         ("s2", {"num_slots": 2}),
         ("s3", {"num_slots": 3}),
     ]

@@ -37,6 +37,15 @@ def test_builds_for_sm90(d, causal, dq_tma):
     assert f"setmaxnreg.inc.sync.aligned.u32 \t{bws.GRAD_REGS.value}" in ptx
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_builds_for_sm90_with_each_step_issued_at_its_start(d):
+    """early=False: S^T and dP^T issued at the start of their own step (the default issues them
+    during the step before): the same products, the same dQ reduce-adds."""
+    ptx = bws.compile_for_sm90(d, True, early=False).ptx
+    assert "wgmma.mma_async" in ptx
+    assert "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add" in ptx
+
+
 @pytest.mark.parametrize(
     "d, num_slots, dq_split", [(64, 2, False), (64, 3, False), (128, 2, True), (128, 2, False)]
 )
@@ -106,23 +115,24 @@ def test_any_ring_depth_and_a_scale(num_slots):
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("dq_tma", [True, False])
+@pytest.mark.parametrize("dq_tma, early", [(True, True), (True, False), (False, True)])
 @pytest.mark.parametrize("dq_split", [True, False])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(
     "shape", [(2, 2, 1024, 1024, 128), (3, 20, 512, 512, 128), (2, 3, 768, 512, 64)]
 )
-def test_every_way_of_adding_dq(shape, causal, dq_split, dq_tma):
+def test_every_way_of_adding_dq(shape, causal, dq_split, dq_tma, early):
     """The warpgroups sharing dS^T (d = 128: half of dQ's columns each) or not (each its keys),
-    dQ added by TMA reduce-adds or by the threads' atomics."""
+    dQ added by TMA reduce-adds or by the threads' atomics, each step's S^T and dP^T issued
+    during the step before (early) or at its start."""
     batch, heads, n_q, n_k, d = shape
     if causal and n_q != n_k:
         pytest.skip("causal needs N_Q == N_K")
-    q, k, v, do = make_inputs(make_generator("bws-split", shape, causal, dq_split, dq_tma), batch,
-                              heads, n_q, n_k, d, torch.bfloat16, device="cuda")  # fmt: skip
+    gen = make_generator("bws-split", shape, causal, dq_split, dq_tma, early)
+    q, k, v, do = make_inputs(gen, batch, heads, n_q, n_k, d, torch.bfloat16, device="cuda")
     out, lse = ws.flash_attention_fwd_ws(q.detach(), k.detach(), v.detach(), causal)
     grads = bws.flash_attention_bwd_ws(
-        do, q, k, v, out, lse, causal, dq_split=dq_split, dq_tma=dq_tma
+        do, q, k, v, out, lse, causal, dq_split=dq_split, dq_tma=dq_tma, early=early
     )
     ref = reference_grads(q, k, v, do, causal)[1:]
     for name, x, r in zip(("dq", "dk", "dv"), grads, ref, strict=True):

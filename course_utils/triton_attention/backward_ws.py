@@ -93,6 +93,7 @@ BLOCK_N = 128  # keys per program: two warpgroups of 64
 NUM_SLOTS = 2  # Q/dO ring depth
 DQ_SPLIT_DEFAULT = True
 DQ_TMA_DEFAULT = True  # dQ by TMA reduce-adds (False: by the threads' atomics, runs 1 and 2)
+EARLY_DEFAULT = True  # each step issues the next step's S^T and dP^T before its dQ_i leaves
 SHARED_LIMIT = 232448  # bytes of shared memory a program may opt into on sm_90
 LOADER_REGS = gl.constexpr(24)
 GRAD_REGS = gl.constexpr(240)
@@ -131,9 +132,30 @@ def _bwd_loader(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem
 
 
 @gluon.jit
+def _issue_scores(k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr, delta_ptr, q_offs,
+                  it, st_zero):  # fmt: skip
+    """Step it's S^T = K Q_i^T and dP^T = V dO_i^T, issued on the tensor cores (not waited for),
+    and its lse (in log2 units) and D, loaded at q_offs (BM rows of the flat (B*H*N_Q,) arrays)."""
+    SLOTS: gl.constexpr = q_bufs.type.shape[0]
+    slot = it % SLOTS
+    phase = (it // SLOTS) & 1
+    lse2 = gl.load(lse_ptr + q_offs) * 1.4426950408889634  # read BM
+    delta = gl.load(delta_ptr + q_offs)  # read BM
+    mbarrier.wait(q_ready.index(slot), phase)
+    st_tok = warpgroup_mma(
+        k_rows, q_bufs.index(slot).permute((1, 0)), st_zero, use_acc=False, is_async=True
+    )
+    mbarrier.wait(do_ready.index(slot), phase)
+    dpt_tok = warpgroup_mma(
+        v_rows, do_bufs.index(slot).permute((1, 0)), st_zero, use_acc=False, is_async=True
+    )
+    return st_tok, dpt_tok, lse2, delta
+
+
+@gluon.jit
 def _bwd_warpgroup(
     wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, dq_stage, bars, dq_dst, dk_ptr,
-    dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, CAUSAL,
+    dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, CAUSAL, mode,
 ):  # fmt: skip
     """Keys wg*64 .. wg*64+63 of this program's tile: dK and dV over every query tile, and
     this warpgroup's part of each dQ_i.
@@ -153,6 +175,7 @@ def _bwd_warpgroup(
     # constexprs passed through warp_specialize arrive as tensors.)
     DQ_SPLIT: gl.constexpr = len(ds_smem.type.shape) == 2
     DQ_TMA: gl.constexpr = dq_stage.type.shape[1] == BM  # else a small unused buffer
+    EARLY: gl.constexpr = mode.type.shape[0] == 2  # see _attn_bwd_ws_kernel
     DQ_N: gl.constexpr = 64
     DQ_PARTS: gl.constexpr = 1 if DQ_SPLIT else HEAD_DIM // DQ_N
     dtype: gl.constexpr = q_bufs.dtype
@@ -193,20 +216,31 @@ def _bwd_warpgroup(
     else:
         first = 0
 
+    n_steps = seqlen_q // BM - first
+    q_rows = gl.arange(0, BM, layout=gl.SliceLayout(0, st_layout))
     mbarrier.wait(kv_ready, 0)
-    for it in range(seqlen_q // BM - first):
+    if EARLY:  # the first step's S^T and dP^T, its lse and D, before the loop
+        st_next, dpt_next, lse_next, delta_next = _issue_scores(
+            k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr, delta_ptr,
+            bh * seqlen_q + first * BM + q_rows, 0, st_zero,
+        )  # fmt: skip
+    else:  # unused (defined before the loop, as every value the loop carries)
+        st_next, dpt_next = st_zero, st_zero
+        lse_next = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(0, st_layout))
+        delta_next = lse_next
+    for it in range(n_steps):
         i = first + it
         slot = it % SLOTS
-        phase = (it // SLOTS) & 1
-        offs_q = i * BM + gl.arange(0, BM, layout=gl.SliceLayout(0, st_layout))
-        lse2 = gl.load(lse_ptr + bh * seqlen_q + offs_q) * 1.4426950408889634  # log2 units
-        delta = gl.load(delta_ptr + bh * seqlen_q + offs_q)  # read BM
+        offs_q = i * BM + q_rows
         q_i = q_bufs.index(slot)
         do_i = do_bufs.index(slot)
-        mbarrier.wait(q_ready.index(slot), phase)
-        st_tok = warpgroup_mma(k_rows, q_i.permute((1, 0)), st_zero, use_acc=False, is_async=True)
-        mbarrier.wait(do_ready.index(slot), phase)
-        dpt_tok = warpgroup_mma(v_rows, do_i.permute((1, 0)), st_zero, use_acc=False, is_async=True)
+        if EARLY:  # issued during the last step
+            st_tok, dpt_tok, lse2, delta = st_next, dpt_next, lse_next, delta_next
+        else:  # this step's S^T and dP^T, issued now
+            st_tok, dpt_tok, lse2, delta = _issue_scores(
+                k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr, delta_ptr,
+                bh * seqlen_q + offs_q, it, st_zero,
+            )  # fmt: skip
         st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok,))
         pt = gl.exp2(st * qk_scale - lse2[None, :])  # P^T, (KR, BM)
         if CAUSAL:
@@ -247,7 +281,13 @@ def _bwd_warpgroup(
                 mbarrier.arrive(do_free.index(slot), count=1)
                 if DQ_SPLIT:
                     mbarrier.arrive(ds_free, count=1)
-            else:
+                if EARLY:
+                    if it + 1 < n_steps:  # the next step's products run while dQ_i leaves
+                        st_next, dpt_next, lse_next, delta_next = _issue_scores(
+                            k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr,
+                            delta_ptr, bh * seqlen_q + offs_q + BM, it + 1, st_zero,
+                        )  # fmt: skip
+            else:  # (after an EARLY issue this waits for the next step's products too)
                 dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
             if DQ_TMA:  # read-modify-write BM*DQ_N fp32 in L2, by the copy engine
                 dq_buf = dq_stage.index(wg * DQ_PARTS + h)
@@ -286,6 +326,7 @@ def _attn_bwd_ws_kernel(
     NUM_SLOTS: gl.constexpr,
     DQ_SPLIT: gl.constexpr,  # the warpgroups split dQ_i's columns (d = 128 only)
     DQ_TMA: gl.constexpr,  # dQ added by TMA reduce-adds from shared memory, not thread atomics
+    EARLY: gl.constexpr,  # the next step's S^T and dP^T are issued before this step's dQ leaves
 ):
     """grid (N_K / BLOCK_N, B*H): one program per key tile of one head."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
@@ -310,6 +351,11 @@ def _attn_bwd_ws_kernel(
     else:  # unused
         unused_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8, 32], gl.float32)
         dq_stage = gl.allocate_shared_memory(gl.float32, [1, 8, 32], unused_layout)
+    # Constexprs reach warp_specialize's partitions as tensors, shapes as constexprs: EARLY goes
+    # as the shape of an unused 16-byte buffer.
+    mode = gl.allocate_shared_memory(
+        gl.int32, [1 + EARLY, 2], gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    )
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -328,7 +374,7 @@ def _attn_bwd_ws_kernel(
     bars = (kv_ready, q_ready, q_free, do_ready, do_free, ds_ready, ds_free)
     grad_args = (
         bars, dq_dst, dk_ptr, dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale,
-        CAUSAL,
+        CAUSAL, mode,
     )  # fmt: skip
     smem = (q_bufs, do_bufs, k_smem, v_smem, ds_smem)
     loader_args = (
@@ -364,6 +410,7 @@ def flash_attention_bwd_ws(
     num_slots: int = NUM_SLOTS,
     dq_split: bool | None = None,
     dq_tma: bool = DQ_TMA_DEFAULT,
+    early: bool = EARLY_DEFAULT,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) as `backward.flash_attention_bwd`, by the warp-specialized kernel
     (Hopper only; ValueError naming what `forward_ws.supported` refuses).
@@ -372,7 +419,9 @@ def flash_attention_bwd_ws(
     dq_split: at d = 128 the two warpgroups share their dS^T and each computes half of dQ_i's
     columns (half the atomics, a wait for each other every step), else each adds its own keys'
     part of all columns (default DQ_SPLIT_DEFAULT); dq_tma: each part of dQ_i is added by one
-    TMA reduce-add from shared memory (True) or by the threads' atomic adds (False). Extra
+    TMA reduce-add from shared memory (True) or by the threads' atomic adds (False); early: each
+    step issues the next step's S^T and dP^T as soon as its own products are done, so that they
+    run while dQ_i is written out (False: at the start of their own step). Extra
     memory: an fp32 dQ of q's shape. A combination whose buffers pass the H200's shared memory
     is refused (`shared_bytes`).
     """
@@ -411,7 +460,7 @@ def flash_attention_bwd_ws(
         _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
         _descriptor(do, BLOCK_M), dq_dst, dk, dv, lse, delta, n_q, n_k, scale * LOG2E, scale,
         CAUSAL=causal, NUM_SLOTS=num_slots, DQ_SPLIT=dq_split, DQ_TMA=bool(dq_tma),
-        num_warps=4, maxnreg=MAXNREG,
+        EARLY=bool(early), num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
     return (dq32 * scale).to(q.dtype), dk, dv
 
@@ -473,7 +522,7 @@ class FlashAttentionWS(torch.autograd.Function):
 
 def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = torch.bfloat16,
                      num_slots: int = NUM_SLOTS, dq_split: bool = DQ_SPLIT_DEFAULT,
-                     dq_tma: bool = DQ_TMA_DEFAULT):  # fmt: skip
+                     dq_tma: bool = DQ_TMA_DEFAULT, early: bool = EARLY_DEFAULT):  # fmt: skip
     """Compile the kernel for sm_90 here, without a GPU (`targets.compile_for`): proof on a CPU
     machine that it builds for Hopper, with its shared memory, registers and PTX."""
     from .targets import compile_for
@@ -498,7 +547,7 @@ def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = to
         _attn_bwd_ws_kernel, signature,
         {
             "CAUSAL": causal, "NUM_SLOTS": num_slots, "DQ_SPLIT": dq_split and d == 128,
-            "DQ_TMA": bool(dq_tma),
+            "DQ_TMA": bool(dq_tma), "EARLY": bool(early),
         },
         target=(9, 0), num_warps=4, maxnreg=MAXNREG,
         divisible=("dk_ptr", "dv_ptr", "lse_ptr", "delta_ptr") + (() if dq_tma else ("dq_dst",)),
