@@ -8,7 +8,8 @@ variant: the course's three autotuned kernels (`flash_attention_bwd`), the Gluon
 variants (`sN`: an N-slot Q/dO ring; `split`: at d = 128 the warpgroups share dS^T and each adds
 half of dQ_i's columns, `own`: each adds its own keys' part; dQ added by TMA reduce-adds; each
 step's S^T and dP^T issued during the step before, or at its own start where the name ends in
-`-late`), and SDPA's flash, cuDNN and
+`-late`; one program per SM taking key tiles in turn, or one per key tile with `-grid`), and
+SDPA's flash, cuDNN and
 efficient backends (torch.autograd.grad on a kept graph). Each variant's dq, dk, dv are checked
 against SDPA's before timing; then all are timed 1 + --rounds times in rotating order (median
 kept). TFLOP/s count five N^2 d products (2.5 times the forward's FLOPs) for every variant. The
@@ -41,15 +42,17 @@ def variants(d: int) -> list[tuple[str, dict]]:
     """(name, options of flash_attention_bwd_ws) timed at head dimension d."""
     if d == 128:
         return [
-            ("split-s2-late", {"num_slots": 2, "dq_split": True, "early": False}),
             ("split-s2", {"num_slots": 2, "dq_split": True}),
+            ("split-s2-grid", {"num_slots": 2, "dq_split": True, "persistent": False}),
+            ("split-s2-late", {"num_slots": 2, "dq_split": True, "early": False}),
             ("split-s3", {"num_slots": 3, "dq_split": True}),
-            ("own-s2-late", {"num_slots": 2, "dq_split": False, "early": False}),
             ("own-s2", {"num_slots": 2, "dq_split": False}),
+            ("own-s2-grid", {"num_slots": 2, "dq_split": False, "persistent": False}),
         ]
     return [
-        ("s2-late", {"num_slots": 2, "early": False}),
         ("s2", {"num_slots": 2}),
+        ("s2-grid", {"num_slots": 2, "persistent": False}),
+        ("s2-late", {"num_slots": 2, "early": False}),
         ("s3", {"num_slots": 3}),
     ]
 

@@ -115,24 +115,38 @@ def test_any_ring_depth_and_a_scale(num_slots):
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("dq_tma, early", [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize(
+    "dq_tma, early, persistent",
+    [(True, True, True), (True, True, False), (True, False, True), (False, True, True)],
+)
 @pytest.mark.parametrize("dq_split", [True, False])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(
     "shape", [(2, 2, 1024, 1024, 128), (3, 20, 512, 512, 128), (2, 3, 768, 512, 64)]
 )
-def test_every_way_of_adding_dq(shape, causal, dq_split, dq_tma, early):
+def test_every_way_of_adding_dq(shape, causal, dq_split, dq_tma, early, persistent):
     """The warpgroups sharing dS^T (d = 128: half of dQ's columns each) or not (each its keys),
     dQ added by TMA reduce-adds or by the threads' atomics, each step's S^T and dP^T issued
-    during the step before (early) or at its start."""
+    during the step before (early) or at its start, one program per SM taking key tiles in turn
+    (persistent; 60 heads of 4 key tiles: more tiles than SMs) or one per key tile."""
     batch, heads, n_q, n_k, d = shape
     if causal and n_q != n_k:
         pytest.skip("causal needs N_Q == N_K")
-    gen = make_generator("bws-split", shape, causal, dq_split, dq_tma, early)
+    gen = make_generator("bws-split", shape, causal, dq_split, dq_tma, early, persistent)
     q, k, v, do = make_inputs(gen, batch, heads, n_q, n_k, d, torch.bfloat16, device="cuda")
     out, lse = ws.flash_attention_fwd_ws(q.detach(), k.detach(), v.detach(), causal)
     grads = bws.flash_attention_bwd_ws(
-        do, q, k, v, out, lse, causal, dq_split=dq_split, dq_tma=dq_tma, early=early
+        do,
+        q,
+        k,
+        v,
+        out,
+        lse,
+        causal,
+        dq_split=dq_split,
+        dq_tma=dq_tma,
+        early=early,
+        persistent=persistent,
     )
     ref = reference_grads(q, k, v, do, causal)[1:]
     for name, x, r in zip(("dq", "dk", "dv"), grads, ref, strict=True):

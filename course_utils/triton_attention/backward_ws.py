@@ -54,6 +54,8 @@ from .forward_ws import (
     HEAD_DIMS,
     TensorDescriptor,
     _descriptor,
+    _num_rounds,
+    _position,
     _tma_load,
     descriptor_signature,
     supported,
@@ -94,6 +96,7 @@ NUM_SLOTS = 2  # Q/dO ring depth
 DQ_SPLIT_DEFAULT = True
 DQ_TMA_DEFAULT = True  # dQ by TMA reduce-adds (False: by the threads' atomics, runs 1 and 2)
 EARLY_DEFAULT = True  # each step issues the next step's S^T and dP^T before its dQ_i leaves
+PERSISTENT_DEFAULT = True  # one program per SM, taking key tiles in turn
 SHARED_LIMIT = 232448  # bytes of shared memory a program may opt into on sm_90
 LOADER_REGS = gl.constexpr(24)
 GRAD_REGS = gl.constexpr(240)
@@ -102,33 +105,50 @@ MAXNREG = 168  # as forward_ws: 12 warps x 32 threads x 168 <= 65,536 registers
 
 @gluon.jit
 def _bwd_loader(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem, bars, seqlen_q,
-                seqlen_k, CAUSAL):  # fmt: skip
-    """K and V of this program's keys once; then Q_i and dO_i tile by tile into the ring."""
-    kv_ready, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
+                seqlen_k, n_bh, CAUSAL):  # fmt: skip
+    """For each of this program's key tiles: its K and V (once both warpgroups are done with the
+    last tile's), then Q_i and dO_i step by step into the ring."""
+    kv_ready, kv_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
     SLOTS: gl.constexpr = q_bufs.type.shape[0]
     BM: gl.constexpr = q_desc.block_type.shape[0]
     BN: gl.constexpr = k_desc.block_type.shape[0]
-    start_n = gl.program_id(0)
-    bh = gl.program_id(1)
-    mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
-    _tma_load(k_desc, [bh * seqlen_k + start_n * BN, 0], kv_ready, k_smem)  # read BN*d
-    _tma_load(v_desc, [bh * seqlen_k + start_n * BN, 0], kv_ready, v_smem)  # read BN*d
+    n_kt = seqlen_k // BN
+    it = 0  # Q/dO loads so far: slot it % SLOTS, lap it // SLOTS
+    for tile_i in range(_num_rounds(n_kt * n_bh)):
+        start_n, bh, first = _key_tile(tile_i, n_kt, BM, BN, CAUSAL)
+        # A fresh mbarrier counts as having completed phase 1: the first lap does not wait.
+        mbarrier.wait(kv_free, (tile_i & 1) ^ 1)
+        mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
+        _tma_load(k_desc, [bh * seqlen_k + start_n * BN, 0], kv_ready, k_smem)  # read BN*d
+        _tma_load(v_desc, [bh * seqlen_k + start_n * BN, 0], kv_ready, v_smem)  # read BN*d
+        for step in range(seqlen_q // BM - first):
+            i = first + step
+            slot = it % SLOTS
+            phase = (it // SLOTS) & 1
+            mbarrier.wait(q_free.index(slot), phase ^ 1)
+            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
+            _tma_load(q_desc, [bh * seqlen_q + i * BM, 0], q_ready.index(slot),
+                      q_bufs.index(slot))  # fmt: skip
+            mbarrier.wait(do_free.index(slot), phase ^ 1)
+            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
+            _tma_load(do_desc, [bh * seqlen_q + i * BM, 0], do_ready.index(slot),
+                      do_bufs.index(slot))  # fmt: skip  # read BM*d each
+            it += 1
+
+
+@gluon.jit
+def _key_tile(tile_i, n_kt, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: gl.constexpr):
+    """This program's tile_i-th key tile -> (start_n, bh, first query tile). Tiles go head by
+    head, key tiles in order inside a head (with the causal mask the first sees every query
+    tile, so the long ones start first), dealt to the programs in a snake (`forward_ws`)."""
+    t = tile_i * gl.num_programs(0) + _position(tile_i)
+    bh = t // n_kt
+    start_n = t % n_kt
     if CAUSAL:
         first = (start_n * BN) // BM  # earlier query tiles see none of these keys
     else:
-        first = 0
-    for it in range(seqlen_q // BM - first):
-        i = first + it
-        slot = it % SLOTS
-        phase = (it // SLOTS) & 1
-        # A fresh mbarrier counts as having completed phase 1: the first lap does not wait.
-        mbarrier.wait(q_free.index(slot), phase ^ 1)
-        mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
-        _tma_load(q_desc, [bh * seqlen_q + i * BM, 0], q_ready.index(slot), q_bufs.index(slot))
-        mbarrier.wait(do_free.index(slot), phase ^ 1)
-        mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
-        _tma_load(do_desc, [bh * seqlen_q + i * BM, 0], do_ready.index(slot),
-                  do_bufs.index(slot))  # fmt: skip  # read BM*d each
+        first = start_n * 0
+    return start_n, bh, first
 
 
 @gluon.jit
@@ -155,16 +175,15 @@ def _issue_scores(k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr, d
 @gluon.jit
 def _bwd_warpgroup(
     wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, dq_stage, bars, dq_dst, dk_ptr,
-    dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, CAUSAL, mode,
+    dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, n_bh, qk_scale, sm_scale, CAUSAL, mode,
 ):  # fmt: skip
-    """Keys wg*64 .. wg*64+63 of this program's tile: dK and dV over every query tile, and
-    this warpgroup's part of each dQ_i.
+    """Keys wg*64 .. wg*64+63 of each of this program's key tiles: dK and dV over every query
+    tile, and this warpgroup's part of each dQ_i.
 
     With dq_stage (BM, 64) slots (DQ_TMA), dq_dst is a descriptor over the fp32 dQ and each part
     of dQ_i goes through this warpgroup's slots and one TMA reduce-add; else dq_dst is a pointer
     and the threads add their registers with atomics."""
-    kv_ready, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
-    SLOTS: gl.constexpr = q_bufs.type.shape[0]
+    kv_ready = bars[0]
     BM: gl.constexpr = q_bufs.type.shape[1]
     HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
     KR: gl.constexpr = k_smem.type.shape[0] // 2
@@ -175,10 +194,7 @@ def _bwd_warpgroup(
     # constexprs passed through warp_specialize arrive as tensors.)
     DQ_SPLIT: gl.constexpr = len(ds_smem.type.shape) == 2
     DQ_TMA: gl.constexpr = dq_stage.type.shape[1] == BM  # else a small unused buffer
-    EARLY: gl.constexpr = mode.type.shape[0] == 2  # see _attn_bwd_ws_kernel
     DQ_N: gl.constexpr = 64
-    DQ_PARTS: gl.constexpr = 1 if DQ_SPLIT else HEAD_DIM // DQ_N
-    dtype: gl.constexpr = q_bufs.dtype
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 16]
     )  # S^T, dP^T: (KR keys, BM queries)
@@ -188,11 +204,7 @@ def _bwd_warpgroup(
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, DQ_N, 16]
     )  # DQ_N columns of dQ_i: (BM, DQ_N)
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
 
-    start_n = gl.program_id(0)
-    bh = gl.program_id(1)
-    k0 = start_n * (2 * KR) + wg * KR  # first key of this warpgroup, within the head
     k_rows = k_smem.slice(wg * KR, KR)  # (KR, d)
     v_rows = v_smem.slice(wg * KR, KR)
     if DQ_SPLIT:
@@ -203,33 +215,70 @@ def _bwd_warpgroup(
         ds_rows = ds_smem.index(wg)  # (KR, BM)
         dq_a = ds_rows.permute((1, 0))  # (BM, KR)
         dq_col0 = 0
-    offs_k = k0 + gl.arange(0, KR, layout=gl.SliceLayout(1, st_layout))
     st_zero = gl.zeros([KR, BM], gl.float32, layout=st_layout)
     dq_zero = gl.zeros([BM, DQ_N], gl.float32, layout=dq_layout)
-    dk = gl.zeros([KR, HEAD_DIM], gl.float32, layout=kv_layout)
-    dv = gl.zeros([KR, HEAD_DIM], gl.float32, layout=kv_layout)
+    kv_zero = gl.zeros([KR, HEAD_DIM], gl.float32, layout=kv_layout)
     dq_rows = gl.arange(0, BM, layout=gl.SliceLayout(1, dq_layout))
     dq_cols = dq_col0 + gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
     dq_offs = dq_rows[:, None] * HEAD_DIM + dq_cols[None, :]  # int32, within a query tile
-    if CAUSAL:
-        first = (start_n * (2 * KR)) // BM
-    else:
-        first = 0
-
-    n_steps = seqlen_q // BM - first
     q_rows = gl.arange(0, BM, layout=gl.SliceLayout(0, st_layout))
-    mbarrier.wait(kv_ready, 0)
+    key_rows = gl.arange(0, KR, layout=gl.SliceLayout(1, st_layout))
+    n_kt = seqlen_k // (2 * KR)
+    done = 0  # steps of the earlier tiles: ring slots and barrier phases continue from there
+    for tile_i in range(_num_rounds(n_kt * n_bh)):
+        start_n, bh, first = _key_tile(tile_i, n_kt, BM, 2 * KR, CAUSAL)
+        k0 = start_n * (2 * KR) + wg * KR  # first key of this warpgroup, within the head
+        offs_k = k0 + key_rows
+        dk = kv_zero
+        dv = kv_zero
+        n_steps = seqlen_q // BM - first
+        mbarrier.wait(kv_ready, tile_i & 1)
+        done = _bwd_tile(
+            wg, q_bufs, do_bufs, k_smem, v_smem, k_rows, v_rows, ds_rows, dq_a, dq_col0,
+            dq_offs, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_ptr, delta_ptr, seqlen_q,
+            seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv,
+            st_zero, dq_zero, q_rows, CAUSAL, mode,
+        )  # fmt: skip
+    if DQ_TMA:
+        tma.store_wait(0)  # the last reduce-adds have read dq_stage before the program ends
+
+
+@gluon.jit
+def _bwd_tile(
+    wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, k_rows, v_rows, ds_rows, dq_a, dq_col0,
+    dq_offs, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k,
+    qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv, st_zero, dq_zero, q_rows,
+    CAUSAL, mode,
+):  # fmt: skip
+    """One key tile of a warpgroup: n_steps query tiles from `first`, then its dK and dV
+    written out. `done`: the steps of the program's earlier tiles (slots and phases go on from
+    there); returns done + n_steps."""
+    kv_ready, kv_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
+    SLOTS: gl.constexpr = q_bufs.type.shape[0]
+    BM: gl.constexpr = q_bufs.type.shape[1]
+    HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
+    KR: gl.constexpr = k_rows.type.shape[0]
+    DQ_SPLIT: gl.constexpr = dq_a.type.shape[1] == 2 * KR  # dS over both warpgroups' keys
+    DQ_TMA: gl.constexpr = dq_stage.type.shape[1] == BM
+    EARLY: gl.constexpr = mode.type.shape[0] == 2  # see _attn_bwd_ws_kernel
+    DQ_N: gl.constexpr = 64
+    DQ_PARTS: gl.constexpr = 1 if DQ_SPLIT else HEAD_DIM // DQ_N
+    dtype: gl.constexpr = q_bufs.dtype
+    st_layout: gl.constexpr = st_zero.type.layout
+    kv_layout: gl.constexpr = dk.type.layout
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     if EARLY:  # the first step's S^T and dP^T, its lse and D, before the loop
         st_next, dpt_next, lse_next, delta_next = _issue_scores(
             k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr, delta_ptr,
-            bh * seqlen_q + first * BM + q_rows, 0, st_zero,
+            bh * seqlen_q + first * BM + q_rows, done, st_zero,
         )  # fmt: skip
     else:  # unused (defined before the loop, as every value the loop carries)
         st_next, dpt_next = st_zero, st_zero
         lse_next = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(0, st_layout))
         delta_next = lse_next
-    for it in range(n_steps):
-        i = first + it
+    for step in range(n_steps):
+        it = done + step  # the program's step count: ring slot, barrier phases
+        i = first + step
         slot = it % SLOTS
         offs_q = i * BM + q_rows
         q_i = q_bufs.index(slot)
@@ -282,7 +331,7 @@ def _bwd_warpgroup(
                 if DQ_SPLIT:
                     mbarrier.arrive(ds_free, count=1)
                 if EARLY:
-                    if it + 1 < n_steps:  # the next step's products run while dQ_i leaves
+                    if step + 1 < n_steps:  # the next step's products run while dQ_i leaves
                         st_next, dpt_next, lse_next, delta_next = _issue_scores(
                             k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr,
                             delta_ptr, bh * seqlen_q + offs_q + BM, it + 1, st_zero,
@@ -297,13 +346,14 @@ def _bwd_warpgroup(
             else:  # read-modify-write BM*DQ_N fp32, in L2, by the threads
                 gl.atomic_add(dq_tile + h * DQ_N + dq_offs, dq, sem="relaxed")
 
+    # Every product of this tile has read K and V (the last dQ part was waited for above).
+    mbarrier.arrive(kv_free, count=1)
     rows = bh * seqlen_k + k0 + gl.arange(0, KR, layout=gl.SliceLayout(1, kv_layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
     offs = rows[:, None] * HEAD_DIM + cols[None, :]
     gl.store(dk_ptr + offs, (dk * sm_scale).to(dtype))  # write KR*d
     gl.store(dv_ptr + offs, dv.to(dtype))  # write KR*d
-    if DQ_TMA:
-        tma.store_wait(0)  # the last reduce-adds have read dq_stage before the program ends
+    return done + n_steps
 
 
 @gluon.jit
@@ -320,6 +370,7 @@ def _attn_bwd_ws_kernel(
     delta_ptr,  # (B*H, N_Q) fp32: D = rowsum(dO * O)
     seqlen_q,
     seqlen_k,
+    n_bh,  # B*H
     qk_scale,  # tau * log2(e)
     sm_scale,  # tau
     CAUSAL: gl.constexpr,
@@ -328,7 +379,8 @@ def _attn_bwd_ws_kernel(
     DQ_TMA: gl.constexpr,  # dQ added by TMA reduce-adds from shared memory, not thread atomics
     EARLY: gl.constexpr,  # the next step's S^T and dP^T are issued before this step's dQ leaves
 ):
-    """grid (N_K / BLOCK_N, B*H): one program per key tile of one head."""
+    """grid (P,): P programs take the B*H*N_K/BLOCK_N key tiles in turn (`_key_tile`); with
+    P = the number of tiles, one each."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
@@ -357,6 +409,7 @@ def _attn_bwd_ws_kernel(
         gl.int32, [1 + EARLY, 2], gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     )
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    kv_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
@@ -364,6 +417,7 @@ def _attn_bwd_ws_kernel(
     do_ready = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
     do_free = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_ready, count=1)
+    mbarrier.init(kv_free, count=2)  # both warpgroups are done with a tile's K and V
     mbarrier.init(ds_ready, count=2)  # both warpgroups have written their dS^T
     mbarrier.init(ds_free, count=2)  # both warpgroups' dQ products have read it
     for s in gl.static_range(NUM_SLOTS):
@@ -371,15 +425,15 @@ def _attn_bwd_ws_kernel(
         mbarrier.init(do_ready.index(s), count=1)
         mbarrier.init(q_free.index(s), count=2)  # both warpgroups release a slot
         mbarrier.init(do_free.index(s), count=2)
-    bars = (kv_ready, q_ready, q_free, do_ready, do_free, ds_ready, ds_free)
+    bars = (kv_ready, kv_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free)
     grad_args = (
-        bars, dq_dst, dk_ptr, dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale,
-        CAUSAL, mode,
+        bars, dq_dst, dk_ptr, dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, n_bh, qk_scale,
+        sm_scale, CAUSAL, mode,
     )  # fmt: skip
     smem = (q_bufs, do_bufs, k_smem, v_smem, ds_smem)
     loader_args = (
         q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem, bars, seqlen_q,
-        seqlen_k, CAUSAL,
+        seqlen_k, n_bh, CAUSAL,
     )  # fmt: skip
     gl.warp_specialize(
         [
@@ -411,6 +465,7 @@ def flash_attention_bwd_ws(
     dq_split: bool | None = None,
     dq_tma: bool = DQ_TMA_DEFAULT,
     early: bool = EARLY_DEFAULT,
+    persistent: bool = PERSISTENT_DEFAULT,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) as `backward.flash_attention_bwd`, by the warp-specialized kernel
     (Hopper only; ValueError naming what `forward_ws.supported` refuses).
@@ -421,7 +476,9 @@ def flash_attention_bwd_ws(
     part of all columns (default DQ_SPLIT_DEFAULT); dq_tma: each part of dQ_i is added by one
     TMA reduce-add from shared memory (True) or by the threads' atomic adds (False); early: each
     step issues the next step's S^T and dP^T as soon as its own products are done, so that they
-    run while dQ_i is written out (False: at the start of their own step). Extra
+    run while dQ_i is written out (False: at the start of their own step); persistent: one
+    program per SM takes the key tiles in turn, so one tile's dK and dV are written while the
+    next one's K and V arrive (False: one program per key tile). Extra
     memory: an fp32 dQ of q's shape. A combination whose buffers pass the H200's shared memory
     is refused (`shared_bytes`).
     """
@@ -456,9 +513,14 @@ def flash_attention_bwd_ws(
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     _bind_cuda_context(q.device)
     dq_dst = _dq_descriptor(dq32) if dq_tma else dq32
-    _attn_bwd_ws_kernel[(n_k // BLOCK_N, bh)](
+    n_tiles = n_k // BLOCK_N * bh
+    if persistent:  # one program per SM (its shared memory allows no second), tiles in turn
+        programs = min(n_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
+    else:
+        programs = n_tiles
+    _attn_bwd_ws_kernel[(programs,)](
         _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
-        _descriptor(do, BLOCK_M), dq_dst, dk, dv, lse, delta, n_q, n_k, scale * LOG2E, scale,
+        _descriptor(do, BLOCK_M), dq_dst, dk, dv, lse, delta, n_q, n_k, bh, scale * LOG2E, scale,
         CAUSAL=causal, NUM_SLOTS=num_slots, DQ_SPLIT=dq_split, DQ_TMA=bool(dq_tma),
         EARLY=bool(early), num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
@@ -541,7 +603,7 @@ def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = to
         signature["dq_dst"] = "*fp32"
     signature.update(
         dk_ptr=elem, dv_ptr=elem, lse_ptr="*fp32", delta_ptr="*fp32",
-        seqlen_q="i32", seqlen_k="i32", qk_scale="fp32", sm_scale="fp32",
+        seqlen_q="i32", seqlen_k="i32", n_bh="i32", qk_scale="fp32", sm_scale="fp32",
     )  # fmt: skip
     return compile_for(
         _attn_bwd_ws_kernel, signature,
