@@ -3,33 +3,40 @@
 The course backward (`backward.py`) runs two gradient kernels, one for dK and dV and one for dQ,
 so that no program writes where another does; S and dP are computed in both (seven N^2 d matrix
 products). This variant computes all three gradients in one pass over the tile pairs, as
-FlashAttention-2 and -3 do: five products, dQ added into an fp32 buffer by atomic adds.
+FlashAttention-2 and -3 do: five products, dQ added into an fp32 buffer.
 
-One program per (head, tile of BLOCK_N = 128 keys); its warps split by job:
+Programs are persistent (one per SM) and take key tiles of BLOCK_N = 128 keys in turn; each
+program's warps split by job:
 
-    loader      1 warp: TMA copies of the program's K and V once, then of each query tile's Q_i
-                and dO_i (BLOCK_M = 64 rows) into a ring of NUM_SLOTS slots (mbarriers)
+    loader      1 warp: TMA copies of a key tile's K and V (once the last tile's are free), then
+                of each query tile's Q_i and dO_i (BLOCK_M = 64 rows) into a ring of NUM_SLOTS
+                slots (mbarriers say when a slot is full and when it is free)
     gradient x2 two warpgroups, each owning 64 of the 128 keys: on the tensor cores (wgmma)
 
                     S^T  = K Q_i^T           P^T = exp(tau S^T - lse_i)    (64 keys x 64 queries)
                     dP^T = V dO_i^T          dS^T = P^T * (dP^T - D_i)
                     dV  += P^T dO_i          dK  += dS^T Q_i               (registers, 64 x d)
-                    dQ_i += dS K                                           (fp32 atomics)
+                    dQ_i += dS K             (shared memory, then one TMA reduce-add into HBM)
 
 dS^T goes through shared memory, where the dQ product reads it transposed. At d = 128 the two
 warpgroups share their dS^T halves (an mbarrier between them) and each computes half of dQ_i's
-columns over all 128 keys: 32 accumulator registers a thread instead of 64, and half the atomics.
+columns over all 128 keys: 32 accumulator registers a thread instead of 64, and half the adds.
 At d = 64 (and at d = 128 with dq_split=False) each warpgroup adds its own keys' part of dQ_i.
+As soon as a step's products are done, the next step's S^T and dP^T are issued, so they run on
+the tensor cores while this step's dQ_i goes out (FlashAttention-3's overlap inside a
+warpgroup). dQ_i leaves as FlashAttention-3 sends it: written to shared memory in fp32 and added
+into HBM by one TMA bulk reduce-add (`cp.reduce.async.bulk.tensor ... add`), not by the threads'
+atomics; Triton 3.6 has the operation but no Gluon name for it, so `_tma_reduce_add` emits it.
 
 HBM traffic per head, N queries and keys: K, V read once; Q, dO, lse and D once per key tile
 (N / 128 times, most re-reads from L2); dK, dV written once; dQ read-modified-written in fp32 once
-per key tile (by atomics, in L2), then scaled and cast once. Shapes it takes: `forward_ws.supported`
-(Hopper, float16 or bfloat16, d 64 or 128, contiguous, lengths multiples of 128).
+per key tile (by the TMA, in L2), then scaled and cast once. Shapes it takes:
+`forward_ws.supported` (Hopper, float16 or bfloat16, d 64 or 128, contiguous, lengths multiples
+of 128).
 
-Measured on the H200 (benchmarks/RESULTS.md, "Gluon backward, runs 1 and 2"): correct, and slower
-than the course backward at every point (0.53-0.66 of cuDNN), the atomics being much of the cost.
-A tested benchmark variant (`python -m benchmarks.backward_ws`); the autograd function keeps the
-course backward.
+Measured on the H200: benchmarks/RESULTS.md, "Gluon backward" runs 1 to 4 (the thread atomics,
+the TMA reduce-add, the early issue and persistent programs, each against the others and against
+the course backward and SDPA's in one run). `python -m benchmarks.backward_ws` times it.
 """
 
 from __future__ import annotations
