@@ -2,19 +2,17 @@
 
     python -m benchmarks.backward_ws --out DIR --results DIR/RESULTS.md
 
-The grid of benchmarks.attention (batch * N = 16k tokens, heads * d = 2048, bf16). At each point
-one forward (the autograd function's) gives out and lse; then the backward alone of every
-variant: the course's three autotuned kernels (`flash_attention_bwd`), the Gluon kernel's
-variants (`sN`: an N-slot Q/dO ring; `split`: at d = 128 the warpgroups share dS^T and each adds
-half of dQ_i's columns, `own`: each adds its own keys' part; dQ added by TMA reduce-adds; each
-step's S^T and dP^T issued during the step before, or at its own start where the name ends in
-`-late`; one program per SM taking key tiles in turn, or one per key tile with `-grid`), and
-SDPA's flash, cuDNN and
-efficient backends (torch.autograd.grad on a kept graph). Each variant's dq, dk, dv are checked
-against SDPA's before timing; then all are timed 1 + --rounds times in rotating order (median
-kept). TFLOP/s count five N^2 d products (2.5 times the forward's FLOPs) for every variant. The
-table goes last on stdout, to DIR/backward_ws.json and to a markdown section appended to
---results. Without a Hopper GPU it says so and exits 0.
+The grid of benchmarks.attention (batch * N = 16k tokens, heads * d = 2048, bf16). At each point one
+forward (the autograd function's) gives out and lse; then the backward alone of every variant: the
+course's three autotuned kernels (`flash_attention_bwd`), the Gluon kernel's variants (`sN`: an
+N-slot Q/dO ring; `split`: at d = 128 the warpgroups share dS^T and each adds half of dQ_i's
+columns, `own`: each adds its own keys' part; dQ added by TMA reduce-adds; one program per SM taking
+key tiles in turn, or one per key tile with `-grid`), and SDPA's flash, cuDNN and efficient backends
+(torch.autograd.grad on a kept graph). Each variant's dq, dk, dv are checked against SDPA's before
+timing; then all are timed 1 + --rounds times in rotating order (median kept). TFLOP/s count five
+N^2 d products (2.5 times the forward's FLOPs) for every variant. The table goes last on stdout, to
+DIR/backward_ws.json and to a markdown section appended to --results. Without a Hopper GPU it says
+so and exits 0.
 """
 
 from __future__ import annotations
@@ -44,7 +42,6 @@ def variants(d: int) -> list[tuple[str, dict]]:
         return [
             ("split-s2", {"num_slots": 2, "dq_split": True}),
             ("split-s2-grid", {"num_slots": 2, "dq_split": True, "persistent": False}),
-            ("split-s2-late", {"num_slots": 2, "dq_split": True, "early": False}),
             ("split-s3", {"num_slots": 3, "dq_split": True}),
             ("own-s2", {"num_slots": 2, "dq_split": False}),
             ("own-s2-grid", {"num_slots": 2, "dq_split": False, "persistent": False}),
@@ -52,7 +49,6 @@ def variants(d: int) -> list[tuple[str, dict]]:
     return [
         ("s2", {"num_slots": 2}),
         ("s2-grid", {"num_slots": 2, "persistent": False}),
-        ("s2-late", {"num_slots": 2, "early": False}),
         ("s3", {"num_slots": 3}),
     ]
 

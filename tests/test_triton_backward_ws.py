@@ -37,15 +37,6 @@ def test_builds_for_sm90(d, causal, dq_tma):
     assert f"setmaxnreg.inc.sync.aligned.u32 \t{bws.GRAD_REGS.value}" in ptx
 
 
-@pytest.mark.parametrize("d", [64, 128])
-def test_builds_for_sm90_with_each_step_issued_at_its_start(d):
-    """early=False: S^T and dP^T issued at the start of their own step (the default issues them
-    during the step before): the same products, the same dQ reduce-adds."""
-    ptx = bws.compile_for_sm90(d, True, early=False).ptx
-    assert "wgmma.mma_async" in ptx
-    assert "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add" in ptx
-
-
 @pytest.mark.parametrize(
     "d, num_slots, dq_split", [(64, 2, False), (64, 3, False), (128, 2, True), (128, 2, False)]
 )
@@ -115,24 +106,20 @@ def test_any_ring_depth_and_a_scale(num_slots):
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    "dq_tma, early, persistent",
-    [(True, True, True), (True, True, False), (True, False, True), (False, True, True)],
-)
+@pytest.mark.parametrize("dq_tma, persistent", [(True, True), (True, False), (False, True)])
 @pytest.mark.parametrize("dq_split", [True, False])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize(
     "shape", [(2, 2, 1024, 1024, 128), (3, 20, 512, 512, 128), (2, 3, 768, 512, 64)]
 )
-def test_every_way_of_adding_dq(shape, causal, dq_split, dq_tma, early, persistent):
+def test_every_way_of_adding_dq(shape, causal, dq_split, dq_tma, persistent):
     """The warpgroups sharing dS^T (d = 128: half of dQ's columns each) or not (each its keys),
-    dQ added by TMA reduce-adds or by the threads' atomics, each step's S^T and dP^T issued
-    during the step before (early) or at its start, one program per SM taking key tiles in turn
-    (persistent; 60 heads of 4 key tiles: more tiles than SMs) or one per key tile."""
+    dQ added by TMA reduce-adds or by the threads' atomics, one program per SM taking key tiles
+    in turn (persistent; 60 heads of 4 key tiles: more tiles than SMs) or one per key tile."""
     batch, heads, n_q, n_k, d = shape
     if causal and n_q != n_k:
         pytest.skip("causal needs N_Q == N_K")
-    gen = make_generator("bws-split", shape, causal, dq_split, dq_tma, early, persistent)
+    gen = make_generator("bws-split", shape, causal, dq_split, dq_tma, persistent)
     q, k, v, do = make_inputs(gen, batch, heads, n_q, n_k, d, torch.bfloat16, device="cuda")
     out, lse = ws.flash_attention_fwd_ws(q.detach(), k.detach(), v.detach(), causal)
     grads = bws.flash_attention_bwd_ws(
@@ -145,7 +132,6 @@ def test_every_way_of_adding_dq(shape, causal, dq_split, dq_tma, early, persiste
         causal,
         dq_split=dq_split,
         dq_tma=dq_tma,
-        early=early,
         persistent=persistent,
     )
     ref = reference_grads(q, k, v, do, causal)[1:]
@@ -161,3 +147,32 @@ def test_a_combination_past_shared_memory_is_refused_by_name():
     out, lse = ws.flash_attention_fwd_ws(q, k, v, False)
     with pytest.raises(ValueError, match="num_slots=3, dq_split=False, dq_tma=True at d = 128"):
         bws.flash_attention_bwd_ws(do, q, k, v, out, lse, num_slots=3, dq_split=False)
+
+
+def test_the_autograd_function_prefers_it_only_on_hopper():
+    q, k, v, _ = make_inputs(make_generator("bws-pref"), 1, 2, 2048, 2048, 128, torch.bfloat16,
+                             device="cpu")  # fmt: skip
+    assert not bws.preferred(q, k, v, False)  # CPU tensors: the course backward
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_autograd_function_runs_it_where_preferred(causal, monkeypatch):
+    """d = 128, 2k keys: without the mask the autograd function's backward is this kernel (and
+    its gradients are right), with it the course's."""
+    from course_utils import triton_attention as ta
+
+    calls = []
+    real = bws.flash_attention_bwd_ws
+    monkeypatch.setattr(
+        bws, "flash_attention_bwd_ws", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    )
+    q, k, v, do = make_inputs(make_generator("bws-auto", causal), 1, 2, 2048, 2048, 128,
+                              torch.bfloat16, device="cuda")  # fmt: skip
+    out = ta.flash_attention(q, k, v, causal)
+    grads = torch.autograd.grad(out, (q, k, v), do.transpose(2, 3).contiguous().transpose(2, 3))
+    assert len(calls) == (0 if causal else 1)
+    ref = reference_grads(q, k, v, do, causal)[1:]
+    for name, x, r in zip(("dq", "dk", "dv"), grads, ref, strict=True):
+        assert grad_err(x, r) < GPU_TOL[torch.bfloat16], (name, grad_err(x, r))

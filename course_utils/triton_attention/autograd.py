@@ -37,8 +37,29 @@ def _gluon_forward():
     return forward_ws
 
 
+@functools.cache
+def _gluon_backward():
+    """The backward_ws module, or None where this Triton has no Gluon Hopper API to import."""
+    try:
+        from . import backward_ws
+    except ImportError:
+        return None
+    return backward_ws
+
+
+def _backward(dout, q, k, v, out, lse, causal, softmax_scale):
+    """(dq, dk, dv): the warp-specialized Gluon backward on Hopper where it is the faster one
+    (`backward_ws.preferred`), the course's three kernels everywhere else."""
+    backward_ws = None if INTERPRETER else _gluon_backward()
+    if backward_ws is not None and backward_ws.preferred(q, k, v, causal):
+        return backward_ws.flash_attention_bwd_ws(
+            dout.contiguous(), q, k, v, out, lse, causal, softmax_scale
+        )
+    return flash_attention_bwd(dout, q, k, v, out, lse, causal, softmax_scale)
+
+
 class FlashAttentionFunction(torch.autograd.Function):
-    """out = softmax(s q k^T) v; saves q, k, v, out, lse; backward by `flash_attention_bwd`."""
+    """out = softmax(s q k^T) v; saves q, k, v, out, lse; backward by `_backward`."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal, softmax_scale):
@@ -50,7 +71,7 @@ class FlashAttentionFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = flash_attention_bwd(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale)
+        dq, dk, dv = _backward(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale)
         return dq, dk, dv, None, None
 
 

@@ -102,7 +102,6 @@ BLOCK_N = 128  # keys per program: two warpgroups of 64
 NUM_SLOTS = 2  # Q/dO ring depth
 DQ_SPLIT_DEFAULT = True
 DQ_TMA_DEFAULT = True  # dQ by TMA reduce-adds (False: by the threads' atomics, runs 1 and 2)
-EARLY_DEFAULT = True  # each step issues the next step's S^T and dP^T before its dQ_i leaves
 PERSISTENT_DEFAULT = True  # one program per SM, taking key tiles in turn
 SHARED_LIMIT = 232448  # bytes of shared memory a program may opt into on sm_90
 LOADER_REGS = gl.constexpr(24)
@@ -122,7 +121,7 @@ def _bwd_loader(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem
     n_kt = seqlen_k // BN
     it = 0  # Q/dO loads so far: slot it % SLOTS, lap it // SLOTS
     for tile_i in range(_num_rounds(n_kt * n_bh)):
-        start_n, bh, first = _key_tile(tile_i, n_kt, BM, BN, CAUSAL)
+        start_n, bh, first = _key_tile(tile_i, n_kt, n_bh, BM, BN, CAUSAL)
         # A fresh mbarrier counts as having completed phase 1: the first lap does not wait.
         mbarrier.wait(kv_free, (tile_i & 1) ^ 1)
         mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
@@ -144,16 +143,21 @@ def _bwd_loader(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem
 
 
 @gluon.jit
-def _key_tile(tile_i, n_kt, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: gl.constexpr):
-    """This program's tile_i-th key tile -> (start_n, bh, first query tile). Tiles go head by
-    head, key tiles in order inside a head (with the causal mask the first sees every query
-    tile, so the long ones start first), dealt to the programs in a snake (`forward_ws`)."""
+def _key_tile(tile_i, n_kt, n_bh, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: gl.constexpr):
+    """This program's tile_i-th key tile -> (start_n, bh, first query tile), the tiles dealt to
+    the programs in a snake (`forward_ws._position`). Without the mask every tile is as long:
+    they go head by head, so the programs running at once share a few heads' Q and dO in L2.
+    With it key tile j sees N_Q - j * BLOCK_N queries: they go by key tile, the longest (j = 0)
+    of every head first, so each round deals tiles of about one length (head by head, the
+    snake left one program 1.5 times the mean work at N = 16k: Gluon backward run 4)."""
     t = tile_i * gl.num_programs(0) + _position(tile_i)
-    bh = t // n_kt
-    start_n = t % n_kt
     if CAUSAL:
+        start_n = t // n_bh
+        bh = t % n_bh
         first = (start_n * BN) // BM  # earlier query tiles see none of these keys
     else:
+        bh = t // n_kt
+        start_n = t % n_kt
         first = start_n * 0
     return start_n, bh, first
 
@@ -182,7 +186,7 @@ def _issue_scores(k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr, d
 @gluon.jit
 def _bwd_warpgroup(
     wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, dq_stage, bars, dq_dst, dk_ptr,
-    dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, n_bh, qk_scale, sm_scale, CAUSAL, mode,
+    dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, n_bh, qk_scale, sm_scale, CAUSAL,
 ):  # fmt: skip
     """Keys wg*64 .. wg*64+63 of each of this program's key tiles: dK and dV over every query
     tile, and this warpgroup's part of each dQ_i.
@@ -233,7 +237,7 @@ def _bwd_warpgroup(
     n_kt = seqlen_k // (2 * KR)
     done = 0  # steps of the earlier tiles: ring slots and barrier phases continue from there
     for tile_i in range(_num_rounds(n_kt * n_bh)):
-        start_n, bh, first = _key_tile(tile_i, n_kt, BM, 2 * KR, CAUSAL)
+        start_n, bh, first = _key_tile(tile_i, n_kt, n_bh, BM, 2 * KR, CAUSAL)
         k0 = start_n * (2 * KR) + wg * KR  # first key of this warpgroup, within the head
         offs_k = k0 + key_rows
         dk = kv_zero
@@ -244,7 +248,7 @@ def _bwd_warpgroup(
             wg, q_bufs, do_bufs, k_smem, v_smem, k_rows, v_rows, ds_rows, dq_a, dq_col0,
             dq_offs, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_ptr, delta_ptr, seqlen_q,
             seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv,
-            st_zero, dq_zero, q_rows, CAUSAL, mode,
+            st_zero, dq_zero, q_rows, CAUSAL,
         )  # fmt: skip
     if DQ_TMA:
         tma.store_wait(0)  # the last reduce-adds have read dq_stage before the program ends
@@ -255,7 +259,7 @@ def _bwd_tile(
     wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, k_rows, v_rows, ds_rows, dq_a, dq_col0,
     dq_offs, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k,
     qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv, st_zero, dq_zero, q_rows,
-    CAUSAL, mode,
+    CAUSAL,
 ):  # fmt: skip
     """One key tile of a warpgroup: n_steps query tiles from `first`, then its dK and dV
     written out. `done`: the steps of the program's earlier tiles (slots and phases go on from
@@ -267,22 +271,11 @@ def _bwd_tile(
     KR: gl.constexpr = k_rows.type.shape[0]
     DQ_SPLIT: gl.constexpr = dq_a.type.shape[1] == 2 * KR  # dS over both warpgroups' keys
     DQ_TMA: gl.constexpr = dq_stage.type.shape[1] == BM
-    EARLY: gl.constexpr = mode.type.shape[0] == 2  # see _attn_bwd_ws_kernel
     DQ_N: gl.constexpr = 64
     DQ_PARTS: gl.constexpr = 1 if DQ_SPLIT else HEAD_DIM // DQ_N
     dtype: gl.constexpr = q_bufs.dtype
-    st_layout: gl.constexpr = st_zero.type.layout
     kv_layout: gl.constexpr = dk.type.layout
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
-    if EARLY:  # the first step's S^T and dP^T, its lse and D, before the loop
-        st_next, dpt_next, lse_next, delta_next = _issue_scores(
-            k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr, delta_ptr,
-            bh * seqlen_q + first * BM + q_rows, done, st_zero,
-        )  # fmt: skip
-    else:  # unused (defined before the loop, as every value the loop carries)
-        st_next, dpt_next = st_zero, st_zero
-        lse_next = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(0, st_layout))
-        delta_next = lse_next
     for step in range(n_steps):
         it = done + step  # the program's step count: ring slot, barrier phases
         i = first + step
@@ -290,13 +283,10 @@ def _bwd_tile(
         offs_q = i * BM + q_rows
         q_i = q_bufs.index(slot)
         do_i = do_bufs.index(slot)
-        if EARLY:  # issued during the last step
-            st_tok, dpt_tok, lse2, delta = st_next, dpt_next, lse_next, delta_next
-        else:  # this step's S^T and dP^T, issued now
-            st_tok, dpt_tok, lse2, delta = _issue_scores(
-                k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr, delta_ptr,
-                bh * seqlen_q + offs_q, it, st_zero,
-            )  # fmt: skip
+        st_tok, dpt_tok, lse2, delta = _issue_scores(
+            k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr, delta_ptr,
+            bh * seqlen_q + offs_q, it, st_zero,
+        )  # fmt: skip
         st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok,))
         pt = gl.exp2(st * qk_scale - lse2[None, :])  # P^T, (KR, BM)
         if CAUSAL:
@@ -337,13 +327,7 @@ def _bwd_tile(
                 mbarrier.arrive(do_free.index(slot), count=1)
                 if DQ_SPLIT:
                     mbarrier.arrive(ds_free, count=1)
-                if EARLY:
-                    if step + 1 < n_steps:  # the next step's products run while dQ_i leaves
-                        st_next, dpt_next, lse_next, delta_next = _issue_scores(
-                            k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr,
-                            delta_ptr, bh * seqlen_q + offs_q + BM, it + 1, st_zero,
-                        )  # fmt: skip
-            else:  # (after an EARLY issue this waits for the next step's products too)
+            else:
                 dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
             if DQ_TMA:  # read-modify-write BM*DQ_N fp32 in L2, by the copy engine
                 dq_buf = dq_stage.index(wg * DQ_PARTS + h)
@@ -384,7 +368,6 @@ def _attn_bwd_ws_kernel(
     NUM_SLOTS: gl.constexpr,
     DQ_SPLIT: gl.constexpr,  # the warpgroups split dQ_i's columns (d = 128 only)
     DQ_TMA: gl.constexpr,  # dQ added by TMA reduce-adds from shared memory, not thread atomics
-    EARLY: gl.constexpr,  # the next step's S^T and dP^T are issued before this step's dQ leaves
 ):
     """grid (P,): P programs take the B*H*N_K/BLOCK_N key tiles in turn (`_key_tile`); with
     P = the number of tiles, one each."""
@@ -410,11 +393,6 @@ def _attn_bwd_ws_kernel(
     else:  # unused
         unused_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8, 32], gl.float32)
         dq_stage = gl.allocate_shared_memory(gl.float32, [1, 8, 32], unused_layout)
-    # Constexprs reach warp_specialize's partitions as tensors, shapes as constexprs: EARLY goes
-    # as the shape of an unused 16-byte buffer.
-    mode = gl.allocate_shared_memory(
-        gl.int32, [1 + EARLY, 2], gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    )
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -435,7 +413,7 @@ def _attn_bwd_ws_kernel(
     bars = (kv_ready, kv_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free)
     grad_args = (
         bars, dq_dst, dk_ptr, dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, n_bh, qk_scale,
-        sm_scale, CAUSAL, mode,
+        sm_scale, CAUSAL,
     )  # fmt: skip
     smem = (q_bufs, do_bufs, k_smem, v_smem, ds_smem)
     loader_args = (
@@ -471,7 +449,6 @@ def flash_attention_bwd_ws(
     num_slots: int = NUM_SLOTS,
     dq_split: bool | None = None,
     dq_tma: bool = DQ_TMA_DEFAULT,
-    early: bool = EARLY_DEFAULT,
     persistent: bool = PERSISTENT_DEFAULT,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) as `backward.flash_attention_bwd`, by the warp-specialized kernel
@@ -481,13 +458,11 @@ def flash_attention_bwd_ws(
     dq_split: at d = 128 the two warpgroups share their dS^T and each computes half of dQ_i's
     columns (half the atomics, a wait for each other every step), else each adds its own keys'
     part of all columns (default DQ_SPLIT_DEFAULT); dq_tma: each part of dQ_i is added by one
-    TMA reduce-add from shared memory (True) or by the threads' atomic adds (False); early: each
-    step issues the next step's S^T and dP^T as soon as its own products are done, so that they
-    run while dQ_i is written out (False: at the start of their own step); persistent: one
-    program per SM takes the key tiles in turn, so one tile's dK and dV are written while the
-    next one's K and V arrive (False: one program per key tile). Extra
-    memory: an fp32 dQ of q's shape. A combination whose buffers pass the H200's shared memory
-    is refused (`shared_bytes`).
+    TMA reduce-add from shared memory (True) or by the threads' atomic adds (False);
+    persistent: one program per SM takes the key tiles in turn, so one tile's dK and dV are
+    written while the next one's K and V arrive (False: one program per key tile).
+    Extra memory: an fp32 dQ of q's shape. A combination whose buffers pass the H200's shared
+    memory is refused (`shared_bytes`).
     """
     _check_backward_inputs(do, q, k, v, out, lse, causal)
     reason = supported(q, k, v, causal)
@@ -529,9 +504,20 @@ def flash_attention_bwd_ws(
         _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
         _descriptor(do, BLOCK_M), dq_dst, dk, dv, lse, delta, n_q, n_k, bh, scale * LOG2E, scale,
         CAUSAL=causal, NUM_SLOTS=num_slots, DQ_SPLIT=dq_split, DQ_TMA=bool(dq_tma),
-        EARLY=bool(early), num_warps=4, maxnreg=MAXNREG,
+        num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
     return (dq32 * scale).to(q.dtype), dk, dv
+
+
+def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
+    """Whether the autograd function should run this kernel rather than the course backward: it
+    takes the shape, and it was the faster of the two on the H200 there (benchmarks/RESULTS.md,
+    Gluon backward runs 3 to 5): d = 128 without the mask, from 2k keys (1.05 to 1.12 times the
+    course backward at 4k and 16k keys, level at 1k). With the mask, and at d = 64, the course's
+    three kernels were faster."""
+    if supported(q, k, v, causal) is not None:
+        return False
+    return q.shape[3] == 128 and not causal and k.shape[2] >= 2048
 
 
 DQ_COLS = 64  # columns of dQ_i in one product and one reduce-add
@@ -591,7 +577,7 @@ class FlashAttentionWS(torch.autograd.Function):
 
 def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = torch.bfloat16,
                      num_slots: int = NUM_SLOTS, dq_split: bool = DQ_SPLIT_DEFAULT,
-                     dq_tma: bool = DQ_TMA_DEFAULT, early: bool = EARLY_DEFAULT):  # fmt: skip
+                     dq_tma: bool = DQ_TMA_DEFAULT):  # fmt: skip
     """Compile the kernel for sm_90 here, without a GPU (`targets.compile_for`): proof on a CPU
     machine that it builds for Hopper, with its shared memory, registers and PTX."""
     from .targets import compile_for
@@ -616,7 +602,7 @@ def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = to
         _attn_bwd_ws_kernel, signature,
         {
             "CAUSAL": causal, "NUM_SLOTS": num_slots, "DQ_SPLIT": dq_split and d == 128,
-            "DQ_TMA": bool(dq_tma), "EARLY": bool(early),
+            "DQ_TMA": bool(dq_tma),
         },
         target=(9, 0), num_warps=4, maxnreg=MAXNREG,
         divisible=("dk_ptr", "dv_ptr", "lse_ptr", "delta_ptr") + (() if dq_tma else ("dq_dst",)),
