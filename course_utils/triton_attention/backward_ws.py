@@ -5,8 +5,8 @@ so that no program writes where another does; S and dP are computed in both (sev
 products). This variant computes all three gradients in one pass over the tile pairs, as
 FlashAttention-2 and -3 do: five products, dQ added into an fp32 buffer.
 
-Programs are persistent (one per SM) and take key tiles of BLOCK_N = 128 keys in turn; each
-program's warps split by job:
+One program per key tile of BLOCK_N = 128 keys (or, with persistent=True, one per SM taking
+key tiles in turn); each program's warps split by job:
 
     loader      1 warp: TMA copies of a key tile's K and V (once the last tile's are free), then
                 of each query tile's Q_i and dO_i (BLOCK_M = 64 rows) into a ring of NUM_SLOTS
@@ -22,9 +22,7 @@ dS^T goes through shared memory, where the dQ product reads it transposed. At d 
 warpgroups share their dS^T halves (an mbarrier between them) and each computes half of dQ_i's
 columns over all 128 keys: 32 accumulator registers a thread instead of 64, and half the adds.
 At d = 64 (and at d = 128 with dq_split=False) each warpgroup adds its own keys' part of dQ_i.
-As soon as a step's products are done, the next step's S^T and dP^T are issued, so they run on
-the tensor cores while this step's dQ_i goes out (FlashAttention-3's overlap inside a
-warpgroup). dQ_i leaves as FlashAttention-3 sends it: written to shared memory in fp32 and added
+dQ_i leaves as FlashAttention-3 sends it: written to shared memory in fp32 and added
 into HBM by one TMA bulk reduce-add (`cp.reduce.async.bulk.tensor ... add`), not by the threads'
 atomics; Triton 3.6 has the operation but no Gluon name for it, so `_tma_reduce_add` emits it.
 
@@ -34,9 +32,14 @@ per key tile (by the TMA, in L2), then scaled and cast once. Shapes it takes:
 `forward_ws.supported` (Hopper, float16 or bfloat16, d 64 or 128, contiguous, lengths multiples
 of 128).
 
-Measured on the H200: benchmarks/RESULTS.md, "Gluon backward" runs 1 to 4 (the thread atomics,
-the TMA reduce-add, the early issue and persistent programs, each against the others and against
-the course backward and SDPA's in one run). `python -m benchmarks.backward_ws` times it.
+Measured on the H200 (benchmarks/RESULTS.md, "Gluon backward" runs 1 to 6, each variant against
+the others, the course backward and SDPA's in one run): the TMA reduce-add made it 1.13 to 1.36
+times faster than with the threads' atomics; it passes the course backward at d = 128 without
+the mask from 4k keys (0.80 of cuDNN), where the autograd function runs it (`preferred`), and
+stays behind it elsewhere. Two ideas lost and were taken out or left off: issuing each step's S^T
+and dP^T during the step before (spills at d = 128: 0.55 to 0.8 times as fast) and persistent
+programs (level without the mask, up to 6 % slower with it). `python -m benchmarks.backward_ws`
+times it.
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ BLOCK_N = 128  # keys per program: two warpgroups of 64
 NUM_SLOTS = 2  # Q/dO ring depth
 DQ_SPLIT_DEFAULT = True
 DQ_TMA_DEFAULT = True  # dQ by TMA reduce-adds (False: by the threads' atomics, runs 1 and 2)
-PERSISTENT_DEFAULT = True  # one program per SM, taking key tiles in turn
+PERSISTENT_DEFAULT = False  # one program per key tile (True: one per SM, lost in run 5)
 SHARED_LIMIT = 232448  # bytes of shared memory a program may opt into on sm_90
 LOADER_REGS = gl.constexpr(24)
 GRAD_REGS = gl.constexpr(240)
@@ -145,19 +148,22 @@ def _bwd_loader(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem
 @gluon.jit
 def _key_tile(tile_i, n_kt, n_bh, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: gl.constexpr):
     """This program's tile_i-th key tile -> (start_n, bh, first query tile), the tiles dealt to
-    the programs in a snake (`forward_ws._position`). Without the mask every tile is as long:
-    they go head by head, so the programs running at once share a few heads' Q and dO in L2.
-    With it key tile j sees N_Q - j * BLOCK_N queries: they go by key tile, the longest (j = 0)
-    of every head first, so each round deals tiles of about one length (head by head, the
-    snake left one program 1.5 times the mean work at N = 16k: Gluon backward run 4)."""
+    the programs in a snake (`forward_ws._position`). They go head by head, key tiles in order
+    inside a head, so the programs running at once share a few heads' Q and dO in L2; with the
+    causal mask key tile j sees N_Q - j * BLOCK_N queries, so a head's longest tiles start first.
+    Persistent programs with the mask are dealt by key tile instead, the longest (j = 0) of every
+    head first, so each round deals tiles of about one length (head by head, the snake left one
+    program 1.5 times the mean work at N = 16k: Gluon backward run 4)."""
     t = tile_i * gl.num_programs(0) + _position(tile_i)
-    if CAUSAL:
+    if CAUSAL and gl.num_programs(0) < n_kt * n_bh:
         start_n = t // n_bh
         bh = t % n_bh
-        first = (start_n * BN) // BM  # earlier query tiles see none of these keys
     else:
         bh = t // n_kt
         start_n = t % n_kt
+    if CAUSAL:
+        first = (start_n * BN) // BM  # earlier query tiles see none of these keys
+    else:
         first = start_n * 0
     return start_n, bh, first
 
