@@ -6,8 +6,8 @@ The grid of benchmarks.attention (batch * N = 16k tokens, heads * d = 2048, bf16
 forward (the autograd function's) gives out and lse; then the backward alone of every variant: the
 course's three autotuned kernels (`flash_attention_bwd`), the Gluon kernel's variants (`sN`: an
 N-slot Q/dO ring; `split`: at d = 128 the warpgroups share dS^T and each adds half of dQ_i's
-columns, `own`: each adds its own keys' part; dQ added by TMA reduce-adds; one program per SM taking
-key tiles in turn, or one per key tile with `-grid`), and SDPA's flash, cuDNN and efficient backends
+columns, `own`: each adds its own keys' part; dQ added by TMA reduce-adds; one program per key tile,
+or one per SM taking key tiles in turn with `-pers`), and SDPA's flash, cuDNN and efficient backends
 (torch.autograd.grad on a kept graph). Each variant's dq, dk, dv are checked against SDPA's before
 timing; then all are timed 1 + --rounds times in rotating order (median kept). TFLOP/s count five
 N^2 d products (2.5 times the forward's FLOPs) for every variant. The table goes last on stdout, to
@@ -41,15 +41,14 @@ def variants(d: int) -> list[tuple[str, dict]]:
     if d == 128:
         return [
             ("split-s2", {"num_slots": 2, "dq_split": True}),
-            ("split-s2-grid", {"num_slots": 2, "dq_split": True, "persistent": False}),
             ("split-s3", {"num_slots": 3, "dq_split": True}),
+            ("split-s2-pers", {"num_slots": 2, "dq_split": True, "persistent": True}),
             ("own-s2", {"num_slots": 2, "dq_split": False}),
-            ("own-s2-grid", {"num_slots": 2, "dq_split": False, "persistent": False}),
         ]
     return [
         ("s2", {"num_slots": 2}),
-        ("s2-grid", {"num_slots": 2, "persistent": False}),
         ("s3", {"num_slots": 3}),
+        ("s2-pers", {"num_slots": 2, "persistent": True}),
     ]
 
 
