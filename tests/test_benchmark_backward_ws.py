@@ -13,9 +13,21 @@ from benchmarks import forward_configs
 
 
 def test_variants_per_head_dim():
-    assert [n for n, _ in bench.variants(128)] == ["split-s2", "own-s2", "own-s3"]
-    assert dict(bench.variants(128))["own-s3"] == {"num_slots": 3, "dq_split": False}
-    assert [n for n, _ in bench.variants(64)] == ["s2", "s3"]
+    """Every variant names a launch the kernel takes: known options, buffers that fit."""
+    import inspect
+
+    from course_utils.triton_attention import backward_ws as bws
+
+    options = set(inspect.signature(bws.flash_attention_bwd_ws).parameters)
+    for d in (64, 128):
+        names = [n for n, _ in bench.variants(d)]
+        assert len(set(names)) == len(names) and names[0] == ("split-s2" if d == 128 else "s2")
+        for name, kw in bench.variants(d):
+            assert set(kw) <= options, (name, kw)
+            split = kw.get("dq_split", bws.DQ_SPLIT_DEFAULT) and d == 128
+            need = bws.shared_bytes(d, kw["num_slots"], split, kw.get("dq_tma", True))
+            assert need <= bws.SHARED_LIMIT, (name, need)
+    assert dict(bench.variants(128))["own-s2"] == {"num_slots": 2, "dq_split": False}
     assert bench.is_gluon("own-s2") and not bench.is_gluon("course")
     assert not bench.is_gluon("cudnn")
 
