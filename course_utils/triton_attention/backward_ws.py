@@ -32,14 +32,13 @@ per key tile (by the TMA, in L2), then scaled and cast once. Shapes it takes:
 `forward_ws.supported` (Hopper, float16 or bfloat16, d 64 or 128, contiguous, lengths multiples
 of 128).
 
-Measured on the H200 (benchmarks/RESULTS.md, "Gluon backward" runs 1 to 6, each variant against
-the others, the course backward and SDPA's in one run): the TMA reduce-add made it 1.13 to 1.36
-times faster than with the threads' atomics; it passes the course backward at d = 128 without
-the mask from 4k keys (0.80 of cuDNN), where the autograd function runs it (`preferred`), and
-stays behind it elsewhere. Two ideas lost and were taken out or left off: issuing each step's S^T
-and dP^T during the step before (spills at d = 128: 0.55 to 0.8 times as fast) and persistent
-programs (level without the mask, up to 6 % slower with it). `python -m benchmarks.backward_ws`
-times it.
+Measured on the H200 (benchmarks/RESULTS.md, "Gluon backward" runs 1 to 6, each variant against the
+others, the course backward and SDPA's in one run): the TMA reduce-add made it 1.12 to 1.36 times
+faster than with the threads' atomics; it passes the course backward at d = 128 without the mask
+from 4k keys (0.80 to 0.84 of cuDNN), where the autograd function runs it (`preferred`), and stays
+behind it elsewhere. Two ideas lost and were taken out or left off: issuing each step's S^T and dP^T
+during the step before (spills at d = 128: 0.57 to 0.71 times as fast) and persistent programs
+(within 5 % of one program per key tile, either way). `python -m benchmarks.backward_ws` times it.
 """
 
 from __future__ import annotations
@@ -62,6 +61,7 @@ from .forward import _bind_cuda_context
 from .forward_ws import (
     _GL_DTYPES,
     HEAD_DIMS,
+    SHARED_LIMIT,
     TensorDescriptor,
     _descriptor,
     _num_rounds,
@@ -106,7 +106,6 @@ NUM_SLOTS = 2  # Q/dO ring depth
 DQ_SPLIT_DEFAULT = True
 DQ_TMA_DEFAULT = True  # dQ by TMA reduce-adds (False: by the threads' atomics, runs 1 and 2)
 PERSISTENT_DEFAULT = False  # one program per key tile (True: one per SM, lost in run 5)
-SHARED_LIMIT = 232448  # bytes of shared memory a program may opt into on sm_90
 LOADER_REGS = gl.constexpr(24)
 GRAD_REGS = gl.constexpr(240)
 MAXNREG = 168  # as forward_ws: 12 warps x 32 threads x 168 <= 65,536 registers
@@ -518,7 +517,7 @@ def flash_attention_bwd_ws(
 def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """Whether the autograd function should run this kernel rather than the course backward: it
     takes the shape, and it was the faster of the two on the H200 there (benchmarks/RESULTS.md,
-    Gluon backward runs 3 to 5): d = 128 without the mask, from 2k keys (1.05 to 1.12 times the
+    Gluon backward runs 3 and 6): d = 128 without the mask, from 2k keys (1.07 to 1.13 times the
     course backward at 4k and 16k keys, level at 1k). With the mask, and at d = 64, the course's
     three kernels were faster."""
     if supported(q, k, v, causal) is not None:
