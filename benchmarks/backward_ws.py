@@ -6,13 +6,13 @@ The grid of benchmarks.attention (batch * N = 16k tokens, heads * d = 2048, bf16
 forward (the autograd function's) gives out and lse; then the backward alone of every variant: the
 course's three autotuned kernels (`flash_attention_bwd`), the Gluon kernel's variants (`sN`: an
 N-slot Q/dO ring; `split`: at d = 128 the warpgroups share dS^T and each adds half of dQ_i's
-columns, `own`: each adds its own keys' part; dQ added by TMA reduce-adds; one program per key tile,
-or one per SM taking key tiles in turn with `-pers`), and SDPA's flash, cuDNN and efficient backends
-(torch.autograd.grad on a kept graph). Each variant's dq, dk, dv are checked against SDPA's before
-timing; then all are timed 1 + --rounds times in rotating order (median kept). TFLOP/s count five
-N^2 d products (2.5 times the forward's FLOPs) for every variant. The table goes last on stdout, to
-DIR/backward_ws.json and to a markdown section appended to --results. Without a Hopper GPU it says
-so and exits 0.
+columns, `own`: each adds its own keys' part; `m128`: 128-query steps at d = 64; `-pers`: one
+program per SM taking key tiles in turn; `variants` lists them), and SDPA's flash, cuDNN and
+efficient backends (torch.autograd.grad on a kept graph). Each variant's dq, dk, dv are checked
+against SDPA's before timing; then all are timed 1 + --rounds times in rotating order (median
+kept). TFLOP/s count five N^2 d products (2.5 times the forward's FLOPs) for every variant. The
+table goes last on stdout, to DIR/backward_ws.json and to a markdown section appended to
+--results. Without a Hopper GPU it says so and exits 0.
 """
 
 from __future__ import annotations
@@ -37,18 +37,20 @@ from benchmarks.forward_ws import run_hopper_grid
 
 
 def variants(d: int) -> list[tuple[str, dict]]:
-    """(name, options of flash_attention_bwd_ws) timed at head dimension d."""
+    """(name, options of flash_attention_bwd_ws) timed at head dimension d. `m128`: 128-query
+    steps (d = 64; the default there); `-pers`: one program per SM taking key tiles in turn."""
     if d == 128:
         return [
             ("split-s2", {"num_slots": 2, "dq_split": True}),
-            ("split-s3", {"num_slots": 3, "dq_split": True}),
-            ("split-s2-pers", {"num_slots": 2, "dq_split": True, "persistent": True}),
             ("own-s2", {"num_slots": 2, "dq_split": False}),
+            ("split-s2-pers", {"num_slots": 2, "dq_split": True, "persistent": True}),
+            ("own-s2-pers", {"num_slots": 2, "dq_split": False, "persistent": True}),
         ]
     return [
-        ("s2", {"num_slots": 2}),
-        ("s3", {"num_slots": 3}),
-        ("s2-pers", {"num_slots": 2, "persistent": True}),
+        ("m128-s2", {"num_slots": 2, "block_m": 128}),
+        ("m128-s3", {"num_slots": 3, "block_m": 128}),
+        ("m128-s2-pers", {"num_slots": 2, "block_m": 128, "persistent": True}),
+        ("s2", {"num_slots": 2, "block_m": 64}),
     ]
 
 

@@ -21,11 +21,15 @@ def test_variants_per_head_dim():
     options = set(inspect.signature(bws.flash_attention_bwd_ws).parameters)
     for d in (64, 128):
         names = [n for n, _ in bench.variants(d)]
-        assert len(set(names)) == len(names) and names[0] == ("split-s2" if d == 128 else "s2")
+        assert len(set(names)) == len(names) and names[0] == ("split-s2" if d == 128 else "m128-s2")
         for name, kw in bench.variants(d):
             assert set(kw) <= options, (name, kw)
-            split = kw.get("dq_split", bws.DQ_SPLIT_DEFAULT) and d == 128
-            need = bws.shared_bytes(d, kw["num_slots"], split, kw.get("dq_tma", True))
+            block_m = kw.get("block_m", bws.block_m_default(d))
+            split = kw.get("dq_split", d == 128) and d == 128 or block_m == 128
+            need = bws.shared_bytes(
+                d, kw["num_slots"], split, kw.get("dq_tma", True),
+                kw.get("stats_tma", bws.STATS_TMA_DEFAULT), block_m,
+            )  # fmt: skip
             assert need <= bws.SHARED_LIMIT, (name, need)
     assert dict(bench.variants(128))["own-s2"] == {"num_slots": 2, "dq_split": False}
     assert bench.is_gluon("own-s2") and not bench.is_gluon("course")

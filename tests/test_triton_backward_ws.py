@@ -21,12 +21,16 @@ requires_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_
 H200_SHARED = 232448
 
 
-@pytest.mark.parametrize("dq_tma", [True, False])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("dq_tma, stats_tma", [(True, True), (False, True), (True, False)])
+@pytest.mark.parametrize("d, block_m", [(64, 64), (64, 128), (128, 64)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_builds_for_sm90(d, causal, dq_tma):
-    compiled = bws.compile_for_sm90(d, causal, dq_tma=dq_tma)
+def test_builds_for_sm90(d, block_m, causal, dq_tma, stats_tma):
+    compiled = bws.compile_for_sm90(d, causal, dq_tma=dq_tma, stats_tma=stats_tma, block_m=block_m)
     ptx = compiled.ptx
+    # lse_i and D_i: 1-D TMA copies into shared memory, or the threads' loads from HBM
+    stats_copies = "cp.async.bulk.tensor.1d.shared::" in ptx  # ::cluster (3.6), ::cta (3.9)
+    assert stats_copies == stats_tma
+    assert ("ld.global" in ptx) == (not stats_tma)
     assert compiled.shared_bytes <= H200_SHARED, compiled.shared_bytes
     assert compiled.n_regs <= bws.MAXNREG
     assert "wgmma.mma_async" in ptx
@@ -38,14 +42,34 @@ def test_builds_for_sm90(d, causal, dq_tma):
 
 
 @pytest.mark.parametrize(
-    "d, num_slots, dq_split", [(64, 2, False), (64, 3, False), (128, 2, True), (128, 2, False)]
-)
-def test_shared_bytes_is_what_the_compiler_allocates(d, num_slots, dq_split):
+    "d, num_slots, dq_split, block_m",
+    [(64, 2, False, 64), (64, 3, False, 64), (64, 2, True, 128), (64, 3, True, 128),
+     (128, 2, True, 64), (128, 2, False, 64)],
+)  # fmt: skip
+def test_shared_bytes_is_what_the_compiler_allocates(d, num_slots, dq_split, block_m):
     """The host's count (which refuses a combination too large) against a real sm_90 build: the
     compiler adds only the mbarriers, a few hundred bytes."""
-    counted = bws.shared_bytes(d, num_slots, dq_split, dq_tma=True)
-    compiled = bws.compile_for_sm90(d, False, num_slots=num_slots, dq_split=dq_split, dq_tma=True)
+    counted = bws.shared_bytes(d, num_slots, dq_split, dq_tma=True, block_m=block_m)
+    compiled = bws.compile_for_sm90(
+        d, False, num_slots=num_slots, dq_split=dq_split, dq_tma=True, block_m=block_m
+    )
     assert counted <= compiled.shared_bytes <= counted + 1024, (counted, compiled.shared_bytes)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_default_launch_builds_within_shared_memory(d, causal):
+    """The launch policy measured in Gluon backward runs 7 and 8 (128-query steps and 3 slots
+    without the mask at d = 64; at d = 128 dS^T shared without the mask, not with it) builds."""
+    block_m, slots = bws.block_m_default(d), bws.num_slots_default(d, causal)
+    split = bws.dq_split_default(d, causal) or block_m == 128
+    assert (block_m, slots, split) == {
+        (64, False): (128, 3, True), (64, True): (128, 2, True),
+        (128, False): (64, 2, True), (128, True): (64, 2, False),
+    }[d, causal]  # fmt: skip
+    counted = bws.shared_bytes(d, slots, split, dq_tma=True, block_m=block_m)
+    compiled = bws.compile_for_sm90(d, causal)
+    assert counted <= compiled.shared_bytes <= min(counted + 1024, bws.SHARED_LIMIT)
 
 
 def test_the_largest_ring_with_tma_staging_is_refused_at_d128():
@@ -62,6 +86,17 @@ def test_refuses_what_the_forward_refuses():
     # on a CPU machine the kernel refuses them; on a GPU machine the teaching kernel's checks do
     with pytest.raises(ValueError, match="needs CUDA tensors|must be CUDA tensors"):
         bws.flash_attention_bwd_ws(do, q, k, v, out, lse)
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("d, block_m", [(128, 128), (64, 32), (64, 96)])
+def test_a_step_it_cannot_take_is_refused_by_name(d, block_m):
+    q, k, v, do = make_inputs(make_generator("bws-bm", d, block_m), 1, 2, 256, 256, d,
+                              torch.bfloat16, device="cuda")  # fmt: skip
+    out, lse = ws.flash_attention_fwd_ws(q, k, v, False)
+    with pytest.raises(ValueError, match=f"block_m must be one of .* got {block_m} at d = {d}"):
+        bws.flash_attention_bwd_ws(do, q, k, v, out, lse, block_m=block_m)
 
 
 def test_bad_lse_gets_the_teaching_kernels_error():
@@ -116,27 +151,39 @@ def test_every_way_of_adding_dq(shape, causal, dq_split, dq_tma, persistent):
     """The warpgroups sharing dS^T (d = 128: half of dQ's columns each) or not (each its keys),
     dQ added by TMA reduce-adds or by the threads' atomics, one program per SM taking key tiles
     in turn (persistent; 60 heads of 4 key tiles: more tiles than SMs) or one per key tile."""
+    check_against_float64(shape, causal, dq_split=dq_split, dq_tma=dq_tma, persistent=persistent)
+
+
+def check_against_float64(shape, causal, **options):
+    """dq, dk, dv of flash_attention_bwd_ws(**options) against float64 autograd, bf16 inputs."""
     batch, heads, n_q, n_k, d = shape
     if causal and n_q != n_k:
         pytest.skip("causal needs N_Q == N_K")
-    gen = make_generator("bws-split", shape, causal, dq_split, dq_tma, persistent)
+    gen = make_generator("bws-options", shape, causal, sorted(options.items()))
     q, k, v, do = make_inputs(gen, batch, heads, n_q, n_k, d, torch.bfloat16, device="cuda")
     out, lse = ws.flash_attention_fwd_ws(q.detach(), k.detach(), v.detach(), causal)
-    grads = bws.flash_attention_bwd_ws(
-        do,
-        q,
-        k,
-        v,
-        out,
-        lse,
-        causal,
-        dq_split=dq_split,
-        dq_tma=dq_tma,
-        persistent=persistent,
-    )
+    grads = bws.flash_attention_bwd_ws(do, q, k, v, out, lse, causal, **options)
     ref = reference_grads(q, k, v, do, causal)[1:]
     for name, x, r in zip(("dq", "dk", "dv"), grads, ref, strict=True):
         assert grad_err(x, r) < GPU_TOL[torch.bfloat16], (name, grad_err(x, r))
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("stats_tma", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    "shape, block_m",
+    [((2, 2, 1024, 1024, 64), 128), ((3, 20, 512, 512, 64), 128), ((2, 3, 768, 512, 64), 128),
+     ((2, 3, 768, 512, 64), 64), ((3, 20, 512, 512, 128), 64)],
+)  # fmt: skip
+def test_each_step_size_and_source_of_lse(shape, block_m, causal, stats_tma, persistent):
+    """128-query steps at d = 64 (the warpgroups split dQ_i's rows), and lse_i and D_i brought
+    by the loader's TMA or loaded by every thread, against float64."""
+    check_against_float64(
+        shape, causal, block_m=block_m, stats_tma=stats_tma, persistent=persistent
+    )
 
 
 @requires_hopper
@@ -145,7 +192,7 @@ def test_a_combination_past_shared_memory_is_refused_by_name():
     q, k, v, do = make_inputs(make_generator("bws-smem"), 1, 2, 256, 256, 128, torch.bfloat16,
                               device="cuda")  # fmt: skip
     out, lse = ws.flash_attention_fwd_ws(q, k, v, False)
-    with pytest.raises(ValueError, match="num_slots=3, dq_split=False, dq_tma=True at d = 128"):
+    with pytest.raises(ValueError, match="num_slots=3, dq_split=False, dq_tma=True, .* at d = 128"):
         bws.flash_attention_bwd_ws(do, q, k, v, out, lse, num_slots=3, dq_split=False)
 
 
@@ -157,10 +204,14 @@ def test_the_autograd_function_prefers_it_only_on_hopper():
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("causal", [False, True])
-def test_the_autograd_function_runs_it_where_preferred(causal, monkeypatch):
-    """d = 128, 2k keys: without the mask the autograd function's backward is this kernel (and
-    its gradients are right), with it the course's."""
+@pytest.mark.parametrize(
+    "n, d, causal, runs_it",
+    [(2048, 128, True, True), (1024, 128, False, True), (1024, 128, True, False),
+     (1024, 64, False, False), (2048, 64, True, True)],
+)  # fmt: skip
+def test_the_autograd_function_runs_it_where_preferred(n, d, causal, runs_it, monkeypatch):
+    """From 2k keys, and at 1k keys at d = 128 without the mask, the autograd function's
+    backward is this kernel (and its gradients are right); elsewhere the course's."""
     from course_utils import triton_attention as ta
 
     calls = []
@@ -168,11 +219,11 @@ def test_the_autograd_function_runs_it_where_preferred(causal, monkeypatch):
     monkeypatch.setattr(
         bws, "flash_attention_bwd_ws", lambda *a, **kw: calls.append(1) or real(*a, **kw)
     )
-    q, k, v, do = make_inputs(make_generator("bws-auto", causal), 1, 2, 2048, 2048, 128,
+    q, k, v, do = make_inputs(make_generator("bws-auto", n, d, causal), 1, 2, n, n, d,
                               torch.bfloat16, device="cuda")  # fmt: skip
     out = ta.flash_attention(q, k, v, causal)
     grads = torch.autograd.grad(out, (q, k, v), do.transpose(2, 3).contiguous().transpose(2, 3))
-    assert len(calls) == (0 if causal else 1)
+    assert len(calls) == int(runs_it)
     ref = reference_grads(q, k, v, do, causal)[1:]
     for name, x, r in zip(("dq", "dk", "dv"), grads, ref, strict=True):
         assert grad_err(x, r) < GPU_TOL[torch.bfloat16], (name, grad_err(x, r))

@@ -9,36 +9,42 @@ One program per key tile of BLOCK_N = 128 keys (or, with persistent=True, one pe
 key tiles in turn); each program's warps split by job:
 
     loader      1 warp: TMA copies of a key tile's K and V (once the last tile's are free), then
-                of each query tile's Q_i and dO_i (BLOCK_M = 64 rows) into a ring of NUM_SLOTS
-                slots (mbarriers say when a slot is full and when it is free)
+                of each query tile's Q_i and dO_i (BLOCK_M = 64 rows, 128 at d = 64), with its
+                lse_i and D_i, into a ring of NUM_SLOTS slots (mbarriers say when a slot is full
+                and when it is free)
     gradient x2 two warpgroups, each owning 64 of the 128 keys: on the tensor cores (wgmma)
 
-                    S^T  = K Q_i^T           P^T = exp(tau S^T - lse_i)    (64 keys x 64 queries)
+                    S^T  = K Q_i^T           P^T = exp(tau S^T - lse_i)    (64 keys x BLOCK_M)
                     dP^T = V dO_i^T          dS^T = P^T * (dP^T - D_i)
                     dV  += P^T dO_i          dK  += dS^T Q_i               (registers, 64 x d)
                     dQ_i += dS K             (shared memory, then one TMA reduce-add into HBM)
 
-dS^T goes through shared memory, where the dQ product reads it transposed. At d = 128 the two
-warpgroups share their dS^T halves (an mbarrier between them) and each computes half of dQ_i's
-columns over all 128 keys: 32 accumulator registers a thread instead of 64, and half the adds.
-At d = 64 (and at d = 128 with dq_split=False) each warpgroup adds its own keys' part of dQ_i.
+dS^T goes through shared memory, where the dQ product reads it transposed. With dq_split the two
+warpgroups share their dS^T halves (an mbarrier between them) and each computes half of dQ_i over
+all 128 keys: half its columns at d = 128 (32 accumulator registers a thread instead of 64, half
+the adds), half its rows with 128-query steps at d = 64. Otherwise each warpgroup adds its own
+keys' part of dQ_i and never waits for the other (with the mask, at d = 128, that was faster).
 dQ_i leaves as FlashAttention-3 sends it: written to shared memory in fp32 and added
 into HBM by one TMA bulk reduce-add (`cp.reduce.async.bulk.tensor ... add`), not by the threads'
 atomics; Triton 3.6 has the operation but no Gluon name for it, so `_tma_reduce_add` emits it.
+lse_i and D_i are read from the ring just when the exponentials and dS^T need them: a thread
+holds 16 (32) query columns of each, which it would otherwise keep in registers, with their
+64-bit addresses, through the step's products.
 
 HBM traffic per head, N queries and keys: K, V read once; Q, dO, lse and D once per key tile
 (N / 128 times, most re-reads from L2); dK, dV written once; dQ read-modified-written in fp32 once
-per key tile (by the TMA, in L2), then scaled and cast once. Shapes it takes:
-`forward_ws.supported` (Hopper, float16 or bfloat16, d 64 or 128, contiguous, lengths multiples
-of 128).
+per key tile (by the TMA, in L2; twice without dq_split), then scaled and cast once. Shapes it
+takes: `forward_ws.supported` (Hopper, float16 or bfloat16, d 64 or 128, contiguous, lengths
+multiples of 128).
 
-Measured on the H200 (benchmarks/RESULTS.md, "Gluon backward" runs 1 to 6, each variant against the
+Measured on the H200 (benchmarks/RESULTS.md, "Gluon backward" runs 1 to 8, each variant against the
 others, the course backward and SDPA's in one run): the TMA reduce-add made it 1.12 to 1.36 times
-faster than with the threads' atomics; it passes the course backward at d = 128 without the mask
-from 4k keys (0.80 to 0.84 of cuDNN), where the autograd function runs it (`preferred`), and stays
-behind it elsewhere. Two ideas lost and were taken out or left off: issuing each step's S^T and dP^T
-during the step before (spills at d = 128: 0.57 to 0.71 times as fast) and persistent programs
-(within 5 % of one program per key tile, either way). `python -m benchmarks.backward_ws` times it.
+faster than with the threads' atomics; lse and D through the TMA 1.04 to 1.23 times; 128-query
+steps at d = 64 1.01 to 1.07 times. It passes the course backward from 2k keys and at d = 128
+without the mask at 1k (up to 1.32 times; 0.81 to 0.98 of cuDNN), where the autograd function runs
+it (`preferred`). Lost and taken out or left off: issuing each step's S^T and dP^T during the
+step before (spills at d = 128: 0.57 to 0.71 times as fast), persistent programs (level or
+behind). `python -m benchmarks.backward_ws` times it.
 """
 
 from __future__ import annotations
@@ -100,25 +106,30 @@ def _tma_reduce_add_builtin():
 _tma_reduce_add = _tma_reduce_add_builtin()
 
 LOG2E = 1.4426950408889634
-BLOCK_M = 64  # query rows per step
+BLOCK_M = 64  # query rows per step (block_m=128 at d = 64: FlashAttention-3's step there)
+BLOCK_MS = (64, 128)
+DQ_ROWS = 64  # rows of dQ_i in one product and one reduce-add: a warpgroup's wgmma M
 BLOCK_N = 128  # keys per program: two warpgroups of 64
-NUM_SLOTS = 2  # Q/dO ring depth
-DQ_SPLIT_DEFAULT = True
+NUM_SLOTS = 2  # Q/dO ring depth (3 at d = 64 without the mask: `num_slots_default`)
 DQ_TMA_DEFAULT = True  # dQ by TMA reduce-adds (False: by the threads' atomics, runs 1 and 2)
 PERSISTENT_DEFAULT = False  # one program per key tile (True: one per SM, lost in run 5)
+STATS_TMA_DEFAULT = True  # lse_i, D_i through the TMA with Q_i, dO_i (False: loaded every step)
 LOADER_REGS = gl.constexpr(24)
 GRAD_REGS = gl.constexpr(240)
 MAXNREG = 168  # as forward_ws: 12 warps x 32 threads x 168 <= 65,536 registers
 
 
 @gluon.jit
-def _bwd_loader(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem, bars, seqlen_q,
-                seqlen_k, n_bh, CAUSAL):  # fmt: skip
+def _bwd_loader(q_desc, k_desc, v_desc, do_desc, lse_src, delta_src, q_bufs, do_bufs, k_smem,
+                v_smem, lse_bufs, delta_bufs, bars, seqlen_q, seqlen_k, n_bh, CAUSAL):  # fmt: skip
     """For each of this program's key tiles: its K and V (once both warpgroups are done with the
-    last tile's), then Q_i and dO_i step by step into the ring."""
+    last tile's), then Q_i and dO_i step by step into the ring, with lse_i beside Q_i and D_i
+    beside dO_i when they come through the TMA too (lse_bufs of (SLOTS, BM))."""
     kv_ready, kv_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
     SLOTS: gl.constexpr = q_bufs.type.shape[0]
     BM: gl.constexpr = q_desc.block_type.shape[0]
+    STATS_TMA: gl.constexpr = lse_bufs.type.shape[1] == BM
+    STATS_BYTES: gl.constexpr = BM * 4 if STATS_TMA else 0
     BN: gl.constexpr = k_desc.block_type.shape[0]
     n_kt = seqlen_k // BN
     it = 0  # Q/dO loads so far: slot it % SLOTS, lap it // SLOTS
@@ -133,14 +144,17 @@ def _bwd_loader(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem
             i = first + step
             slot = it % SLOTS
             phase = (it // SLOTS) & 1
+            row = bh * seqlen_q + i * BM
             mbarrier.wait(q_free.index(slot), phase ^ 1)
-            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes)
-            _tma_load(q_desc, [bh * seqlen_q + i * BM, 0], q_ready.index(slot),
-                      q_bufs.index(slot))  # fmt: skip
+            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + STATS_BYTES)
+            _tma_load(q_desc, [row, 0], q_ready.index(slot), q_bufs.index(slot))  # read BM*d
+            if STATS_TMA:
+                _tma_load(lse_src, [row], q_ready.index(slot), lse_bufs.index(slot))  # read BM
             mbarrier.wait(do_free.index(slot), phase ^ 1)
-            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes)
-            _tma_load(do_desc, [bh * seqlen_q + i * BM, 0], do_ready.index(slot),
-                      do_bufs.index(slot))  # fmt: skip  # read BM*d each
+            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes + STATS_BYTES)
+            _tma_load(do_desc, [row, 0], do_ready.index(slot), do_bufs.index(slot))  # read BM*d
+            if STATS_TMA:
+                _tma_load(delta_src, [row], do_ready.index(slot), delta_bufs.index(slot))
             it += 1
 
 
@@ -168,15 +182,11 @@ def _key_tile(tile_i, n_kt, n_bh, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: gl
 
 
 @gluon.jit
-def _issue_scores(k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr, delta_ptr, q_offs,
-                  it, st_zero):  # fmt: skip
-    """Step it's S^T = K Q_i^T and dP^T = V dO_i^T, issued on the tensor cores (not waited for),
-    and its lse (in log2 units) and D, loaded at q_offs (BM rows of the flat (B*H*N_Q,) arrays)."""
+def _issue_scores(k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, it, st_zero):
+    """Step it's S^T = K Q_i^T and dP^T = V dO_i^T, issued on the tensor cores (not waited for)."""
     SLOTS: gl.constexpr = q_bufs.type.shape[0]
     slot = it % SLOTS
     phase = (it // SLOTS) & 1
-    lse2 = gl.load(lse_ptr + q_offs) * 1.4426950408889634  # read BM
-    delta = gl.load(delta_ptr + q_offs)  # read BM
     mbarrier.wait(q_ready.index(slot), phase)
     st_tok = warpgroup_mma(
         k_rows, q_bufs.index(slot).permute((1, 0)), st_zero, use_acc=False, is_async=True
@@ -185,13 +195,14 @@ def _issue_scores(k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr, d
     dpt_tok = warpgroup_mma(
         v_rows, do_bufs.index(slot).permute((1, 0)), st_zero, use_acc=False, is_async=True
     )
-    return st_tok, dpt_tok, lse2, delta
+    return st_tok, dpt_tok
 
 
 @gluon.jit
 def _bwd_warpgroup(
-    wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, dq_stage, bars, dq_dst, dk_ptr,
-    dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, n_bh, qk_scale, sm_scale, CAUSAL,
+    wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, lse_bufs, delta_bufs, dq_stage,
+    bars, dq_dst, dk_ptr, dv_ptr, lse_src, delta_src, seqlen_q, seqlen_k, n_bh, qk_scale,
+    sm_scale, CAUSAL,
 ):  # fmt: skip
     """Keys wg*64 .. wg*64+63 of each of this program's key tiles: dK and dV over every query
     tile, and this warpgroup's part of each dQ_i.
@@ -209,8 +220,9 @@ def _bwd_warpgroup(
     # in HEAD_DIM / DQ_N products, with no wait for the other. (Told by the buffer's shape:
     # constexprs passed through warp_specialize arrive as tensors.)
     DQ_SPLIT: gl.constexpr = len(ds_smem.type.shape) == 2
-    DQ_TMA: gl.constexpr = dq_stage.type.shape[1] == BM  # else a small unused buffer
+    DQ_TMA: gl.constexpr = dq_stage.type.shape[1] == 64  # else a small unused buffer
     DQ_N: gl.constexpr = 64
+    DQ_M: gl.constexpr = 64
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BM, 16]
     )  # S^T, dP^T: (KR keys, BM queries)
@@ -219,22 +231,29 @@ def _bwd_warpgroup(
     )  # dK, dV: (KR, d)
     dq_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, DQ_N, 16]
-    )  # DQ_N columns of dQ_i: (BM, DQ_N)
+    )  # a (DQ_M, DQ_N) part of dQ_i
 
     k_rows = k_smem.slice(wg * KR, KR)  # (KR, d)
     v_rows = v_smem.slice(wg * KR, KR)
     if DQ_SPLIT:
         ds_rows = ds_smem.slice(wg * KR, KR)  # this warpgroup's dS^T: (KR, BM)
-        dq_a = ds_smem.permute((1, 0))  # dS: (BM, BN)
-        dq_col0 = wg * DQ_N
+        if BM == 2 * DQ_M:  # BM = 128 (d = 64): each warpgroup takes 64 of dQ_i's rows
+            dq_a = ds_smem.slice(wg * DQ_M, DQ_M, dim=1).permute((1, 0))  # dS: (DQ_M, BN)
+            dq_row0 = wg * DQ_M
+            dq_col0 = 0
+        else:  # BM = 64 (d = 128): half of dQ_i's columns
+            dq_a = ds_smem.permute((1, 0))  # dS: (BM, BN)
+            dq_row0 = 0
+            dq_col0 = wg * DQ_N
     else:
         ds_rows = ds_smem.index(wg)  # (KR, BM)
         dq_a = ds_rows.permute((1, 0))  # (BM, KR)
+        dq_row0 = 0
         dq_col0 = 0
     st_zero = gl.zeros([KR, BM], gl.float32, layout=st_layout)
-    dq_zero = gl.zeros([BM, DQ_N], gl.float32, layout=dq_layout)
+    dq_zero = gl.zeros([DQ_M, DQ_N], gl.float32, layout=dq_layout)
     kv_zero = gl.zeros([KR, HEAD_DIM], gl.float32, layout=kv_layout)
-    dq_rows = gl.arange(0, BM, layout=gl.SliceLayout(1, dq_layout))
+    dq_rows = dq_row0 + gl.arange(0, DQ_M, layout=gl.SliceLayout(1, dq_layout))
     dq_cols = dq_col0 + gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
     dq_offs = dq_rows[:, None] * HEAD_DIM + dq_cols[None, :]  # int32, within a query tile
     q_rows = gl.arange(0, BM, layout=gl.SliceLayout(0, st_layout))
@@ -250,8 +269,8 @@ def _bwd_warpgroup(
         n_steps = seqlen_q // BM - first
         mbarrier.wait(kv_ready, tile_i & 1)
         done = _bwd_tile(
-            wg, q_bufs, do_bufs, k_smem, v_smem, k_rows, v_rows, ds_rows, dq_a, dq_col0,
-            dq_offs, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_ptr, delta_ptr, seqlen_q,
+            wg, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, k_rows, v_rows, ds_rows,
+            dq_a, dq_offs, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_src, delta_src, seqlen_q,
             seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv,
             st_zero, dq_zero, q_rows, CAUSAL,
         )  # fmt: skip
@@ -261,10 +280,10 @@ def _bwd_warpgroup(
 
 @gluon.jit
 def _bwd_tile(
-    wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, k_rows, v_rows, ds_rows, dq_a, dq_col0,
-    dq_offs, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k,
-    qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv, st_zero, dq_zero, q_rows,
-    CAUSAL,
+    wg: gl.constexpr, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, k_rows, v_rows,
+    ds_rows, dq_a, dq_offs, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_src, delta_src,
+    seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv,
+    st_zero, dq_zero, q_rows, CAUSAL,
 ):  # fmt: skip
     """One key tile of a warpgroup: n_steps query tiles from `first`, then its dK and dV
     written out. `done`: the steps of the program's earlier tiles (slots and phases go on from
@@ -275,24 +294,54 @@ def _bwd_tile(
     HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
     KR: gl.constexpr = k_rows.type.shape[0]
     DQ_SPLIT: gl.constexpr = dq_a.type.shape[1] == 2 * KR  # dS over both warpgroups' keys
-    DQ_TMA: gl.constexpr = dq_stage.type.shape[1] == BM
+    DQ_TMA: gl.constexpr = dq_stage.type.shape[1] == 64
     DQ_N: gl.constexpr = 64
+    DQ_M: gl.constexpr = 64
     DQ_PARTS: gl.constexpr = 1 if DQ_SPLIT else HEAD_DIM // DQ_N
+    STATS_TMA: gl.constexpr = lse_bufs.type.shape[1] == BM
+    col_layout: gl.constexpr = gl.SliceLayout(0, st_zero.type.layout)  # a query per column
+    # Where this warpgroup's part of dQ_i starts (as `_bwd_warpgroup` splits it; constexprs, which
+    # a slice of shared memory needs): split by rows at BM = 128, by columns at BM = 64.
+    SPLIT_ROWS: gl.constexpr = DQ_SPLIT and BM == 2 * DQ_M
+    DQ_ROW0: gl.constexpr = wg * DQ_M if SPLIT_ROWS else 0
+    DQ_COL0: gl.constexpr = wg * DQ_N if DQ_SPLIT and not SPLIT_ROWS else 0
     dtype: gl.constexpr = q_bufs.dtype
     kv_layout: gl.constexpr = dk.type.layout
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
-    for step in range(n_steps):
+    # With the mask and 64-query steps, the second warpgroup's keys all lie right of the first
+    # query tile (queries 128 j .. 128 j + 63, keys 128 j + 64 ..): when it adds its own part of
+    # dQ_i it skips that step, only handing its ring slot back (the loader loaded it for both).
+    skip = 0
+    if not DQ_SPLIT and wg == 1 and BM == KR:  # (CAUSAL arrives as a tensor: a run-time test)
+        if CAUSAL:
+            phase = (done // SLOTS) & 1
+            mbarrier.wait(q_ready.index(done % SLOTS), phase)  # this lap's: arrive after it
+            mbarrier.wait(do_ready.index(done % SLOTS), phase)
+            mbarrier.arrive(q_free.index(done % SLOTS), count=1)
+            mbarrier.arrive(do_free.index(done % SLOTS), count=1)
+            skip = 1
+    for step in range(skip, n_steps):
         it = done + step  # the program's step count: ring slot, barrier phases
         i = first + step
         slot = it % SLOTS
         offs_q = i * BM + q_rows
         q_i = q_bufs.index(slot)
         do_i = do_bufs.index(slot)
-        st_tok, dpt_tok, lse2, delta = _issue_scores(
-            k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, lse_ptr, delta_ptr,
-            bh * seqlen_q + offs_q, it, st_zero,
-        )  # fmt: skip
+        # lse_i and D_i: read from the ring's shared memory (the loader's TMA put them beside Q_i
+        # and dO_i) just when they are needed, so that they take no registers while S^T and
+        # dP^T are on the tensor cores; else loaded from HBM first, every thread its columns
+        # (64-bit pointers that cost registers, and the loads' latency to hide).
+        if not STATS_TMA:
+            lse_hbm = gl.load(lse_src + bh * seqlen_q + offs_q)  # read BM
+            delta_hbm = gl.load(delta_src + bh * seqlen_q + offs_q)  # read BM
+        st_tok, dpt_tok = _issue_scores(
+            k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, it, st_zero
+        )
         st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok,))
+        if STATS_TMA:
+            lse2 = lse_bufs.index(slot).load(col_layout) * 1.4426950408889634
+        else:
+            lse2 = lse_hbm * 1.4426950408889634
         pt = gl.exp2(st * qk_scale - lse2[None, :])  # P^T, (KR, BM)
         if CAUSAL:
             if i * BM < k0 + KR:  # the tile crosses the diagonal: query < key is masked
@@ -301,6 +350,10 @@ def _bwd_tile(
         pt_a = gl.convert_layout(pt, a_layout)
         dv_tok = warpgroup_mma(pt_a, do_i, dv, is_async=True)  # dV += P^T dO_i, while dS^T
         dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt_tok,))
+        if STATS_TMA:
+            delta = delta_bufs.index(slot).load(col_layout)
+        else:
+            delta = delta_hbm
         dst = (pt.to(gl.float32) * (dpt - delta[None, :])).to(dtype)  # dS^T, tau applied later
         dst_a = gl.convert_layout(dst, a_layout)
         dk_tok = warpgroup_mma(dst_a, q_i, dk, is_async=True)  # dK += dS^T Q_i
@@ -317,10 +370,10 @@ def _bwd_tile(
             mbarrier.arrive(ds_ready, count=1)
             mbarrier.wait(ds_ready, it & 1)
         if not DQ_TMA:
-            dq_tile = dq_dst + (bh * seqlen_q + i * BM).to(gl.int64) * HEAD_DIM  # a scalar pointer
+            dq_tile = dq_dst + (bh * seqlen_q + i * BM).to(gl.int64) * HEAD_DIM  # scalar pointer
         for h in gl.static_range(DQ_PARTS):
             if DQ_SPLIT:
-                dq_b = k_smem.slice(wg * DQ_N, DQ_N, dim=1)  # (BN, DQ_N)
+                dq_b = k_smem.slice(DQ_COL0, DQ_N, dim=1)  # (BN, DQ_N)
             else:
                 dq_b = k_rows.slice(h * DQ_N, DQ_N, dim=1)  # (KR, DQ_N)
             dq_tok = warpgroup_mma(dq_a, dq_b, dq_zero, use_acc=False, is_async=True)
@@ -334,12 +387,14 @@ def _bwd_tile(
                     mbarrier.arrive(ds_free, count=1)
             else:
                 dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
-            if DQ_TMA:  # read-modify-write BM*DQ_N fp32 in L2, by the copy engine
+            if DQ_TMA:  # read-modify-write 64*DQ_N fp32 in L2, by the copy engine
                 dq_buf = dq_stage.index(wg * DQ_PARTS + h)
                 dq_buf.store(dq)
                 fence_async_shared()  # the writes before the copy engine reads them
-                _tma_reduce_add(dq_dst, [bh * seqlen_q + i * BM, dq_col0 + h * DQ_N], dq_buf)
-            else:  # read-modify-write BM*DQ_N fp32, in L2, by the threads
+                _tma_reduce_add(
+                    dq_dst, [bh * seqlen_q + i * BM + DQ_ROW0, DQ_COL0 + h * DQ_N], dq_buf
+                )
+            else:  # read-modify-write 64*DQ_N fp32, in L2, by the threads
                 gl.atomic_add(dq_tile + h * DQ_N + dq_offs, dq, sem="relaxed")
 
     # Every product of this tile has read K and V (the last dQ part was waited for above).
@@ -359,11 +414,12 @@ def _attn_bwd_ws_kernel(
     v_desc,  # (B*H*N_K, d), tiles of (BLOCK_N, d)
     do_desc,  # (B*H*N_Q, d), tiles of (BLOCK_M, d)
     dq_dst,  # (B*H*N_Q, d) fp32, zeroed: sum over key tiles of dS K (tau applied by the host);
-    # a descriptor with tiles of (BLOCK_M, 64) when DQ_TMA, else a pointer
+    # a descriptor with tiles of (64, 64) when DQ_TMA, else a pointer
     dk_ptr,  # (B*H*N_K, d), q's dtype
     dv_ptr,  # (B*H*N_K, d)
-    lse_ptr,  # (B*H, N_Q) fp32, natural log
-    delta_ptr,  # (B*H, N_Q) fp32: D = rowsum(dO * O)
+    lse_src,  # (B*H*N_Q,) fp32, natural log: a descriptor with tiles of BLOCK_M when STATS_TMA,
+    # else a pointer
+    delta_src,  # (B*H*N_Q,) fp32: D = rowsum(dO * O), as lse_src
     seqlen_q,
     seqlen_k,
     n_bh,  # B*H
@@ -373,6 +429,7 @@ def _attn_bwd_ws_kernel(
     NUM_SLOTS: gl.constexpr,
     DQ_SPLIT: gl.constexpr,  # the warpgroups split dQ_i's columns (d = 128 only)
     DQ_TMA: gl.constexpr,  # dQ added by TMA reduce-adds from shared memory, not thread atomics
+    STATS_TMA: gl.constexpr,  # lse_i and D_i come through the TMA with Q_i and dO_i
 ):
     """grid (P,): P programs take the B*H*N_K/BLOCK_N key tiles in turn (`_key_tile`); with
     P = the number of tiles, one each."""
@@ -390,14 +447,21 @@ def _attn_bwd_ws_kernel(
     else:  # one (BN / 2, BM) dS^T per warpgroup
         ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN // 2, BM], dtype)
         ds_smem = gl.allocate_shared_memory(dtype, [2, BN // 2, BM], ds_layout)
-    # The staging of dQ_i's parts for the TMA, (BM, 64) fp32 each: warpgroup wg's part h in
+    # The staging of dQ_i's parts for the TMA, (64, 64) fp32 each: warpgroup wg's part h in
     # slot wg * DQ_PARTS + h.
     DQ_PARTS: gl.constexpr = 1 if DQ_SPLIT else HEAD_DIM // 64
     if DQ_TMA:
-        dq_stage = gl.allocate_shared_memory(gl.float32, [2 * DQ_PARTS, BM, 64], dq_dst.layout)
+        dq_stage = gl.allocate_shared_memory(gl.float32, [2 * DQ_PARTS, 64, 64], dq_dst.layout)
     else:  # unused
         unused_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8, 32], gl.float32)
         dq_stage = gl.allocate_shared_memory(gl.float32, [1, 8, 32], unused_layout)
+    if STATS_TMA:  # lse_i and D_i in the ring, beside Q_i and dO_i: (NUM_SLOTS, BM) fp32 each
+        lse_bufs = gl.allocate_shared_memory(gl.float32, [NUM_SLOTS, BM], lse_src.layout)
+        delta_bufs = gl.allocate_shared_memory(gl.float32, [NUM_SLOTS, BM], delta_src.layout)
+    else:  # unused
+        stats_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8], gl.float32)
+        lse_bufs = gl.allocate_shared_memory(gl.float32, [1, 8], stats_layout)
+        delta_bufs = gl.allocate_shared_memory(gl.float32, [1, 8], stats_layout)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -417,13 +481,13 @@ def _attn_bwd_ws_kernel(
         mbarrier.init(do_free.index(s), count=2)
     bars = (kv_ready, kv_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free)
     grad_args = (
-        bars, dq_dst, dk_ptr, dv_ptr, lse_ptr, delta_ptr, seqlen_q, seqlen_k, n_bh, qk_scale,
+        bars, dq_dst, dk_ptr, dv_ptr, lse_src, delta_src, seqlen_q, seqlen_k, n_bh, qk_scale,
         sm_scale, CAUSAL,
     )  # fmt: skip
-    smem = (q_bufs, do_bufs, k_smem, v_smem, ds_smem)
+    smem = (q_bufs, do_bufs, k_smem, v_smem, ds_smem, lse_bufs, delta_bufs)
     loader_args = (
-        q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem, bars, seqlen_q,
-        seqlen_k, n_bh, CAUSAL,
+        q_desc, k_desc, v_desc, do_desc, lse_src, delta_src, q_bufs, do_bufs, k_smem, v_smem,
+        lse_bufs, delta_bufs, bars, seqlen_q, seqlen_k, n_bh, CAUSAL,
     )  # fmt: skip
     gl.warp_specialize(
         [
@@ -451,21 +515,27 @@ def flash_attention_bwd_ws(
     causal: bool = False,
     softmax_scale: float | None = None,
     *,
-    num_slots: int = NUM_SLOTS,
+    num_slots: int | None = None,
     dq_split: bool | None = None,
     dq_tma: bool = DQ_TMA_DEFAULT,
     persistent: bool = PERSISTENT_DEFAULT,
+    stats_tma: bool = STATS_TMA_DEFAULT,
+    block_m: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) as `backward.flash_attention_bwd`, by the warp-specialized kernel
     (Hopper only; ValueError naming what `forward_ws.supported` refuses).
 
     Args and shapes as flash_attention_bwd; num_slots: the Q/dO ring's depth (1 to 3);
     dq_split: at d = 128 the two warpgroups share their dS^T and each computes half of dQ_i's
-    columns (half the atomics, a wait for each other every step), else each adds its own keys'
-    part of all columns (default DQ_SPLIT_DEFAULT); dq_tma: each part of dQ_i is added by one
-    TMA reduce-add from shared memory (True) or by the threads' atomic adds (False);
+    columns (half the adds, a wait for each other every step), else each adds its own keys'
+    part of all columns (default `dq_split_default(d, causal)`); dq_tma: each part of dQ_i is
+    added by one TMA reduce-add from shared memory (True) or by the threads' atomic adds (False);
     persistent: one program per SM takes the key tiles in turn, so one tile's dK and dV are
-    written while the next one's K and V arrive (False: one program per key tile).
+    written while the next one's K and V arrive (False: one program per key tile); stats_tma:
+    the loader brings each query tile's lse and D into shared memory with Q_i and dO_i (True),
+    else each gradient thread loads its 2 x 16 of them from HBM every step; block_m: query rows
+    per step, 64 or (at d = 64 only) 128, where the warpgroups share dS^T and each computes 64
+    rows of dQ_i (default `block_m_default(d)`).
     Extra memory: an fp32 dQ of q's shape. A combination whose buffers pass the H200's shared
     memory is refused (`shared_bytes`).
     """
@@ -473,19 +543,29 @@ def flash_attention_bwd_ws(
     reason = supported(q, k, v, causal)
     if reason is not None:
         raise ValueError(f"flash_attention_bwd_ws: {reason}")
+    batch, heads, n_q, d = q.shape
+    num_slots = num_slots_default(d, causal) if num_slots is None else num_slots
     if isinstance(num_slots, bool) or not isinstance(num_slots, int) or not 1 <= num_slots <= 3:
         raise ValueError(f"num_slots must be an int from 1 to 3, got {num_slots!r}")
     for name, t in (("do", do), ("out", out), ("lse", lse)):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
-    batch, heads, n_q, d = q.shape
     n_k = k.shape[2]
-    dq_split = DQ_SPLIT_DEFAULT if dq_split is None else bool(dq_split)
-    dq_split = dq_split and d == 128  # at d = 64 a half would be 32 columns: below a wgmma tile
-    need = shared_bytes(d, num_slots, dq_split, dq_tma)
+    block_m = block_m_default(d) if block_m is None else block_m
+    if block_m not in BLOCK_MS or (block_m == 128 and d != 64):
+        raise ValueError(
+            f"block_m must be one of {BLOCK_MS} (128 only at d = 64: at d = 128 the step's "
+            f"accumulators pass a thread's 240 registers), got {block_m!r} at d = {d}"
+        )
+    dq_split = dq_split_default(d, causal) if dq_split is None else bool(dq_split)
+    # At d = 64 and 64 rows a half would be 32 columns, below a wgmma tile; at 128 rows the
+    # warpgroups always split dQ_i's rows (each one's own keys' part would take 64 registers).
+    dq_split = (dq_split and d == 128) or block_m == 128
+    need = shared_bytes(d, num_slots, dq_split, dq_tma, stats_tma, block_m)
     if need > SHARED_LIMIT:
         raise ValueError(
-            f"num_slots={num_slots}, dq_split={dq_split}, dq_tma={dq_tma} at d = {d} need "
+            f"num_slots={num_slots}, dq_split={dq_split}, dq_tma={dq_tma}, "
+            f"stats_tma={stats_tma}, block_m={block_m} at d = {d} need "
             f"{need} bytes of shared memory, more than the {SHARED_LIMIT} a program can have"
         )
     scale = float(softmax_scale_or_default(softmax_scale, d))
@@ -500,56 +580,92 @@ def flash_attention_bwd_ws(
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     _bind_cuda_context(q.device)
     dq_dst = _dq_descriptor(dq32) if dq_tma else dq32
+    if stats_tma:  # the TMA wants a 16-byte aligned base
+        lse = lse if lse.data_ptr() % 16 == 0 else lse.clone()
+        lse_src, delta_src = _stats_descriptor(lse, block_m), _stats_descriptor(delta, block_m)
+    else:
+        lse_src, delta_src = lse, delta
     n_tiles = n_k // BLOCK_N * bh
     if persistent:  # one program per SM (its shared memory allows no second), tiles in turn
         programs = min(n_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
     else:
         programs = n_tiles
     _attn_bwd_ws_kernel[(programs,)](
-        _descriptor(q, BLOCK_M), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
-        _descriptor(do, BLOCK_M), dq_dst, dk, dv, lse, delta, n_q, n_k, bh, scale * LOG2E, scale,
-        CAUSAL=causal, NUM_SLOTS=num_slots, DQ_SPLIT=dq_split, DQ_TMA=bool(dq_tma),
-        num_warps=4, maxnreg=MAXNREG,
+        _descriptor(q, block_m), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
+        _descriptor(do, block_m), dq_dst, dk, dv, lse_src, delta_src, n_q, n_k, bh,
+        scale * LOG2E, scale, CAUSAL=causal, NUM_SLOTS=num_slots, DQ_SPLIT=dq_split,
+        DQ_TMA=bool(dq_tma), STATS_TMA=bool(stats_tma), num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
     return (dq32 * scale).to(q.dtype), dk, dv
+
+
+def block_m_default(d: int) -> int:
+    """Query rows per step at head dimension d: 128 at d = 64 (up to 1.07 times as fast as 64
+    in Gluon backward run 7, benchmarks/RESULTS.md), 64 at d = 128 (128 does not fit)."""
+    return 128 if d == 64 else BLOCK_M
+
+
+def num_slots_default(d: int, causal: bool) -> int:
+    """The Q/dO ring's depth: 3 at d = 64 without the mask (1.00 to 1.03 times as fast as 2 in
+    Gluon backward runs 7 and 8), else 2 (with the mask 3 lost 1 to 6 %)."""
+    return 3 if d == 64 and not causal else NUM_SLOTS
+
+
+def dq_split_default(d: int, causal: bool) -> bool:
+    """Whether the warpgroups share dS^T at d = 128: without the mask (half the dQ reduce-adds:
+    1.06 to 1.09 times as fast in runs 7 and 8); with it each adds its own keys' part (1.11 to
+    1.15 times as fast: no wait for each other every step)."""
+    return d == 128 and not causal
 
 
 def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """Whether the autograd function should run this kernel rather than the course backward: it
     takes the shape, and it was the faster of the two on the H200 there (benchmarks/RESULTS.md,
-    Gluon backward runs 3 and 6): d = 128 without the mask, from 2k keys (1.07 to 1.13 times the
-    course backward at 4k and 16k keys, level at 1k). With the mask, and at d = 64, the course's
-    three kernels were faster."""
+    Gluon backward run 7): from 2k keys (1.01 to 1.32 times the course backward), and at 1k keys
+    at d = 128 without the mask (1.14 times). At 1k keys otherwise the course's three kernels
+    were faster (by 1.10 to 1.18 times): short causal key tiles, and d = 64."""
     if supported(q, k, v, causal) is not None:
         return False
-    return q.shape[3] == 128 and not causal and k.shape[2] >= 2048
+    return k.shape[2] >= 2048 or (q.shape[3] == 128 and not causal)
 
 
 DQ_COLS = 64  # columns of dQ_i in one product and one reduce-add
 
 
 def _dq_layout():
-    return gl.NVMMASharedLayout.get_default_for([BLOCK_M, DQ_COLS], gl.float32)
+    return gl.NVMMASharedLayout.get_default_for([DQ_ROWS, DQ_COLS], gl.float32)
 
 
 def _dq_descriptor(dq32: torch.Tensor) -> TensorDescriptor:
-    """A 2-D (B*H*N_Q, d) descriptor over the fp32 dQ, tiles of (BLOCK_M, 64): the reduce-adds'."""
+    """A 2-D (B*H*N_Q, d) descriptor over the fp32 dQ, tiles of (64, 64): the reduce-adds'."""
     flat = dq32.view(-1, dq32.shape[-1])
     return TensorDescriptor(
-        flat, list(flat.shape), list(flat.stride()), [BLOCK_M, DQ_COLS], _dq_layout()
+        flat, list(flat.shape), list(flat.stride()), [DQ_ROWS, DQ_COLS], _dq_layout()
     )
 
 
-def shared_bytes(d: int, num_slots: int, dq_split: bool, dq_tma: bool) -> int:
-    """Shared memory of one program, in bytes (the barriers aside): the Q/dO ring, K and V, dS^T,
-    and with dq_tma each warpgroup's fp32 staging of its dQ_i parts."""
+def _stats_descriptor(t: torch.Tensor, block_m: int = BLOCK_M) -> TensorDescriptor:
+    """A 1-D (B*H*N_Q,) descriptor over the fp32 lse or D, tiles of block_m: the loader's."""
+    flat = t.view(-1)
+    layout = gl.NVMMASharedLayout.get_default_for([block_m], gl.float32)
+    return TensorDescriptor(flat, [flat.numel()], [1], [block_m], layout)
+
+
+def shared_bytes(
+    d: int, num_slots: int, dq_split: bool, dq_tma: bool, stats_tma: bool = STATS_TMA_DEFAULT,
+    block_m: int = BLOCK_M,
+) -> int:  # fmt: skip
+    """Shared memory of one program, in bytes (the barriers aside): the Q/dO ring (with lse and
+    D when stats_tma), K and V, dS^T, and with dq_tma each warpgroup's fp32 staging of its dQ_i
+    parts."""
     elem = 2
-    ring = 2 * num_slots * BLOCK_M * d * elem
+    ring = 2 * num_slots * block_m * d * elem
     kv = 2 * BLOCK_N * d * elem
-    ds = BLOCK_N * BLOCK_M * elem
+    ds = BLOCK_N * block_m * elem
     parts = 1 if dq_split else d // DQ_COLS
-    stage = 2 * parts * BLOCK_M * DQ_COLS * 4 if dq_tma else 0
-    return ring + kv + ds + stage
+    stage = 2 * parts * DQ_ROWS * DQ_COLS * 4 if dq_tma else 0
+    stats = 2 * num_slots * block_m * 4 if stats_tma else 0
+    return ring + stats + kv + ds + stage
 
 
 class FlashAttentionWS(torch.autograd.Function):
@@ -581,34 +697,46 @@ class FlashAttentionWS(torch.autograd.Function):
 
 
 def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = torch.bfloat16,
-                     num_slots: int = NUM_SLOTS, dq_split: bool = DQ_SPLIT_DEFAULT,
-                     dq_tma: bool = DQ_TMA_DEFAULT):  # fmt: skip
+                     num_slots: int | None = None, dq_split: bool | None = None,
+                     dq_tma: bool = DQ_TMA_DEFAULT, stats_tma: bool = STATS_TMA_DEFAULT,
+                     block_m: int | None = None):  # fmt: skip
     """Compile the kernel for sm_90 here, without a GPU (`targets.compile_for`): proof on a CPU
-    machine that it builds for Hopper, with its shared memory, registers and PTX."""
+    machine that it builds for Hopper, with its shared memory, registers and PTX. The lengths
+    count as multiples of 16, as a launch with N a multiple of 128 specializes them."""
+    from triton.runtime.jit import mangle_type
+
     from .targets import compile_for
 
     if d not in HEAD_DIMS or dtype not in _GL_DTYPES:
         raise ValueError(f"d must be one of {HEAD_DIMS} and dtype float16 or bfloat16")
+    block_m = block_m_default(d) if block_m is None else block_m
+    dq_split = dq_split_default(d, causal) if dq_split is None else dq_split
+    num_slots = num_slots_default(d, causal) if num_slots is None else num_slots
     signature = descriptor_signature(
-        d, dtype, {"q_desc": BLOCK_M, "k_desc": BLOCK_N, "v_desc": BLOCK_N, "do_desc": BLOCK_M}
+        d, dtype, {"q_desc": block_m, "k_desc": BLOCK_N, "v_desc": BLOCK_N, "do_desc": block_m}
     )
     elem = {torch.bfloat16: "*bf16", torch.float16: "*fp16"}[dtype]
     if dq_tma:
-        from triton.runtime.jit import mangle_type
-
         signature["dq_dst"] = mangle_type(_dq_descriptor(torch.empty((4 * BLOCK_M, d))))
     else:
         signature["dq_dst"] = "*fp32"
+    if stats_tma:
+        stats = mangle_type(_stats_descriptor(torch.empty(4 * block_m), block_m))
+    else:
+        stats = "*fp32"
     signature.update(
-        dk_ptr=elem, dv_ptr=elem, lse_ptr="*fp32", delta_ptr="*fp32",
+        dk_ptr=elem, dv_ptr=elem, lse_src=stats, delta_src=stats,
         seqlen_q="i32", seqlen_k="i32", n_bh="i32", qk_scale="fp32", sm_scale="fp32",
     )  # fmt: skip
+    divisible = ["dk_ptr", "dv_ptr", "seqlen_q", "seqlen_k"]
+    divisible += [] if dq_tma else ["dq_dst"]
+    divisible += [] if stats_tma else ["lse_src", "delta_src"]
     return compile_for(
         _attn_bwd_ws_kernel, signature,
         {
-            "CAUSAL": causal, "NUM_SLOTS": num_slots, "DQ_SPLIT": dq_split and d == 128,
-            "DQ_TMA": bool(dq_tma),
+            "CAUSAL": causal, "NUM_SLOTS": num_slots,
+            "DQ_SPLIT": (dq_split and d == 128) or block_m == 128,
+            "DQ_TMA": bool(dq_tma), "STATS_TMA": bool(stats_tma),
         },
-        target=(9, 0), num_warps=4, maxnreg=MAXNREG,
-        divisible=("dk_ptr", "dv_ptr", "lse_ptr", "delta_ptr") + (() if dq_tma else ("dq_dst",)),
+        target=(9, 0), num_warps=4, maxnreg=MAXNREG, divisible=tuple(divisible),
     )  # fmt: skip
