@@ -191,8 +191,11 @@ def test_softmax_scale_and_large_scores():
     """Scores near 100: P = exp(s - lse) stays in [0, 1]; a custom scale reaches dq and dk."""
     gen = make_generator("scale")
     q, k, v, do = make_inputs(gen, 1, 2, 60, 60, 32, torch.float32, scale=40.0)
-    check_grads(q, k, v, do, False, 1e-4)  # peaked softmax: larger condition number
-    check_grads(q, k, v, do, True, 1e-4, softmax_scale=0.05)
+    # peaked softmax: a larger condition number. On a GPU float32 products run in TF32 (the
+    # forward's out alone is 1.3e-3 off there, measured on the H200): the GPU tolerance.
+    tol = 1e-4 if INTERPRETER else GPU_TOL[torch.float32]
+    check_grads(q, k, v, do, False, tol)
+    check_grads(q, k, v, do, True, tol, softmax_scale=0.05)
 
 
 def test_strided_inputs_and_a_broadcast_gradient():
