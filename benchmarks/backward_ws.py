@@ -6,8 +6,8 @@ The grid of benchmarks.attention (batch * N = 16k tokens, heads * d = 2048, bf16
 forward (the autograd function's) gives out and lse; then the backward alone of every variant: the
 course's three autotuned kernels (`flash_attention_bwd`), the Gluon kernel's variants (`sN`: an
 N-slot Q/dO ring; `split`: at d = 128 the warpgroups share dS^T and each adds half of dQ_i's
-columns, `own`: each adds its own keys' part; `m128`: 128-query steps at d = 64; `-pers`: one
-program per SM taking key tiles in turn; `variants` lists them), and SDPA's flash, cuDNN and
+columns, `own`: each adds its own keys' part; `m128`: 128-query steps at d = 64; `-lag`: each
+step's dQ one step late from two dS^T buffers; `variants` lists them), and SDPA's flash, cuDNN and
 efficient backends (torch.autograd.grad on a kept graph). Each variant's dq, dk, dv are checked
 against SDPA's before timing; then all are timed 1 + --rounds times in rotating order (median
 kept). TFLOP/s count five N^2 d products (2.5 times the forward's FLOPs) for every variant. The
@@ -38,18 +38,17 @@ from benchmarks.forward_ws import run_hopper_grid
 
 def variants(d: int) -> list[tuple[str, dict]]:
     """(name, options of flash_attention_bwd_ws) timed at head dimension d. `m128`: 128-query
-    steps (d = 64; the default there); `-pers`: one program per SM taking key tiles in turn."""
+    steps (d = 64; the default there); `-lag`: two dS^T buffers, each step's dQ one step late."""
     if d == 128:
         return [
             ("split-s2", {"num_slots": 2, "dq_split": True}),
             ("own-s2", {"num_slots": 2, "dq_split": False}),
-            ("split-s2-pers", {"num_slots": 2, "dq_split": True, "persistent": True}),
-            ("own-s2-pers", {"num_slots": 2, "dq_split": False, "persistent": True}),
+            ("split-s2-lag", {"num_slots": 2, "dq_split": True, "dq_lag": True}),
         ]
     return [
         ("m128-s2", {"num_slots": 2, "block_m": 128}),
         ("m128-s3", {"num_slots": 3, "block_m": 128}),
-        ("m128-s2-pers", {"num_slots": 2, "block_m": 128, "persistent": True}),
+        ("m128-s2-lag", {"num_slots": 2, "block_m": 128, "dq_lag": True}),
         ("s2", {"num_slots": 2, "block_m": 64}),
     ]
 

@@ -28,7 +28,7 @@ def test_variants_per_head_dim():
             split = kw.get("dq_split", d == 128) and d == 128 or block_m == 128
             need = bws.shared_bytes(
                 d, kw["num_slots"], split, kw.get("dq_tma", True),
-                kw.get("stats_tma", bws.STATS_TMA_DEFAULT), block_m,
+                kw.get("stats_tma", bws.STATS_TMA_DEFAULT), block_m, kw.get("dq_lag", False),
             )  # fmt: skip
             assert need <= bws.SHARED_LIMIT, (name, need)
     assert dict(bench.variants(128))["own-s2"] == {"num_slots": 2, "dq_split": False}

@@ -42,18 +42,23 @@ def test_builds_for_sm90(d, block_m, causal, dq_tma, stats_tma):
 
 
 @pytest.mark.parametrize(
-    "d, num_slots, dq_split, block_m",
-    [(64, 2, False, 64), (64, 3, False, 64), (64, 2, True, 128), (64, 3, True, 128),
-     (128, 2, True, 64), (128, 2, False, 64)],
+    "d, num_slots, dq_split, block_m, dq_lag",
+    [(64, 2, False, 64, False), (64, 3, False, 64, False), (64, 2, True, 128, False),
+     (64, 3, True, 128, False), (128, 2, True, 64, False), (128, 2, False, 64, False),
+     (128, 2, True, 64, True), (64, 2, True, 128, True)],
 )  # fmt: skip
-def test_shared_bytes_is_what_the_compiler_allocates(d, num_slots, dq_split, block_m):
-    """The host's count (which refuses a combination too large) against a real sm_90 build: the
-    compiler adds only the mbarriers, a few hundred bytes."""
-    counted = bws.shared_bytes(d, num_slots, dq_split, dq_tma=True, block_m=block_m)
+def test_shared_bytes_is_what_the_compiler_allocates(d, num_slots, dq_split, block_m, dq_lag):
+    """The host's count (which refuses a combination too large) against a real sm_90 build: it
+    counts the buffers and 1 KB for the mbarriers and alignment, the compiler a few hundred."""
+    counted = bws.shared_bytes(d, num_slots, dq_split, dq_tma=True, block_m=block_m, dq_lag=dq_lag)
     compiled = bws.compile_for_sm90(
-        d, False, num_slots=num_slots, dq_split=dq_split, dq_tma=True, block_m=block_m
+        d, False, num_slots=num_slots, dq_split=dq_split, dq_tma=True, block_m=block_m,
+        dq_lag=dq_lag,
+    )  # fmt: skip
+    assert compiled.shared_bytes <= counted <= compiled.shared_bytes + 1024, (
+        counted,
+        compiled.shared_bytes,
     )
-    assert counted <= compiled.shared_bytes <= counted + 1024, (counted, compiled.shared_bytes)
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -69,7 +74,25 @@ def test_the_default_launch_builds_within_shared_memory(d, causal):
     }[d, causal]  # fmt: skip
     counted = bws.shared_bytes(d, slots, split, dq_tma=True, block_m=block_m)
     compiled = bws.compile_for_sm90(d, causal)
-    assert counted <= compiled.shared_bytes <= min(counted + 1024, bws.SHARED_LIMIT)
+    assert compiled.shared_bytes <= counted <= min(compiled.shared_bytes + 1024, bws.SHARED_LIMIT)
+
+
+def test_two_ds_buffers_and_three_slots_pass_shared_memory_at_d64():
+    # 128-query steps: three Q/dO slots (96 KB) and two (128, 128) dS^T buffers (64 KB)
+    assert bws.shared_bytes(64, 3, True, dq_tma=True, block_m=128, dq_lag=True) > bws.SHARED_LIMIT
+    assert bws.shared_bytes(64, 2, True, dq_tma=True, block_m=128, dq_lag=True) <= bws.SHARED_LIMIT
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_lagged_dq_builds_with_its_barriers(d, causal):
+    """Two dS^T buffers: the kernel waits on and arrives at two mbarriers for each (ready and
+    free), and adds dQ by TMA reduce-adds only."""
+    compiled = bws.compile_for_sm90(d, causal, num_slots=2, dq_split=True, dq_lag=True)
+    ptx = compiled.ptx
+    assert compiled.shared_bytes <= bws.SHARED_LIMIT
+    assert "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add" in ptx
+    assert "red.global" not in ptx and "atom.global" not in ptx
 
 
 def test_the_largest_ring_with_tma_staging_is_refused_at_d128():
@@ -184,6 +207,32 @@ def test_each_step_size_and_source_of_lse(shape, block_m, causal, stats_tma, per
     check_against_float64(
         shape, causal, block_m=block_m, stats_tma=stats_tma, persistent=persistent
     )
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    "shape", [(2, 2, 1024, 1024, 128), (3, 20, 512, 512, 128), (2, 3, 768, 512, 128),
+              (2, 2, 1024, 1024, 64), (3, 20, 512, 512, 64), (2, 3, 768, 512, 64)]
+)  # fmt: skip
+def test_the_lagged_dq_against_float64(shape, causal, persistent):
+    """Each step's dQ one step late, from two dS^T buffers (one query tile a key tile at most:
+    512 keys and queries with the mask), with one program per key tile or persistent."""
+    check_against_float64(
+        shape, causal, num_slots=2, dq_split=True, dq_lag=True, persistent=persistent
+    )
+
+
+@requires_hopper
+@pytest.mark.gpu
+def test_the_lagged_dq_needs_a_shared_ds():
+    q, k, v, do = make_inputs(make_generator("bws-lag"), 1, 2, 256, 256, 128, torch.bfloat16,
+                              device="cuda")  # fmt: skip
+    out, lse = ws.flash_attention_fwd_ws(q, k, v, False)
+    with pytest.raises(ValueError, match="dq_lag needs .* got dq_split=False"):
+        bws.flash_attention_bwd_ws(do, q, k, v, out, lse, dq_split=False, dq_lag=True)
 
 
 @requires_hopper

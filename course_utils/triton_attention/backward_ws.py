@@ -24,6 +24,9 @@ warpgroups share their dS^T halves (an mbarrier between them) and each computes 
 all 128 keys: half its columns at d = 128 (32 accumulator registers a thread instead of 64, half
 the adds), half its rows with 128-query steps at d = 64. Otherwise each warpgroup adds its own
 keys' part of dQ_i and never waits for the other (with the mask, at d = 128, that was faster).
+With dq_lag the shared dS^T has two buffers and each step computes the previous step's dQ, so
+the warpgroups need not meet inside a step (built and tested on the CPU for sm_90; not yet run on
+a GPU, so off by default).
 dQ_i leaves as FlashAttention-3 sends it: written to shared memory in fp32 and added
 into HBM by one TMA bulk reduce-add (`cp.reduce.async.bulk.tensor ... add`), not by the threads'
 atomics; Triton 3.6 has the operation but no Gluon name for it, so `_tma_reduce_add` emits it.
@@ -219,6 +222,9 @@ def _bwd_warpgroup(
     # their dS^T. Else (ds_smem (2, KR, BM)): each computes all of them over its own KR keys,
     # in HEAD_DIM / DQ_N products, with no wait for the other. (Told by the buffer's shape:
     # constexprs passed through warp_specialize arrive as tensors.)
+    # DQ_LAG (ds_smem (2, BN, BM)): shared as with DQ_SPLIT, in two buffers, each step's dQ one
+    # step late (`_bwd_tile_lagged`).
+    DQ_LAG: gl.constexpr = len(ds_smem.type.shape) == 3 and ds_smem.type.shape[1] == 2 * KR
     DQ_SPLIT: gl.constexpr = len(ds_smem.type.shape) == 2
     DQ_TMA: gl.constexpr = dq_stage.type.shape[1] == 64  # else a small unused buffer
     DQ_N: gl.constexpr = 64
@@ -235,7 +241,12 @@ def _bwd_warpgroup(
 
     k_rows = k_smem.slice(wg * KR, KR)  # (KR, d)
     v_rows = v_smem.slice(wg * KR, KR)
-    if DQ_SPLIT:
+    if DQ_LAG:  # unused there
+        ds_rows = ds_smem.index(0)
+        dq_a = ds_smem.index(0)
+        dq_row0 = 0
+        dq_col0 = 0
+    elif DQ_SPLIT:
         ds_rows = ds_smem.slice(wg * KR, KR)  # this warpgroup's dS^T: (KR, BM)
         if BM == 2 * DQ_M:  # BM = 128 (d = 64): each warpgroup takes 64 of dQ_i's rows
             dq_a = ds_smem.slice(wg * DQ_M, DQ_M, dim=1).permute((1, 0))  # dS: (DQ_M, BN)
@@ -268,14 +279,83 @@ def _bwd_warpgroup(
         dv = kv_zero
         n_steps = seqlen_q // BM - first
         mbarrier.wait(kv_ready, tile_i & 1)
-        done = _bwd_tile(
-            wg, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, k_rows, v_rows, ds_rows,
-            dq_a, dq_offs, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_src, delta_src, seqlen_q,
-            seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv,
-            st_zero, dq_zero, q_rows, CAUSAL,
-        )  # fmt: skip
+        if DQ_LAG:
+            done = _bwd_tile_lagged(
+                wg, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, k_rows, v_rows,
+                ds_smem, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_src, delta_src, seqlen_q,
+                seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv,
+                st_zero, dq_zero, q_rows, CAUSAL,
+            )  # fmt: skip
+        else:
+            done = _bwd_tile(
+                wg, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, k_rows, v_rows,
+                ds_rows, dq_a, dq_offs, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_src,
+                delta_src, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first,
+                n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
+            )  # fmt: skip
     if DQ_TMA:
         tma.store_wait(0)  # the last reduce-adds have read dq_stage before the program ends
+
+
+@gluon.jit
+def _step_grads(k_rows, v_rows, q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready,
+                lse_src, delta_src, it, i, bh, seqlen_q, k0, offs_k, q_rows, dk, dv, st_zero,
+                qk_scale, CAUSAL):  # fmt: skip
+    """Step it of a warpgroup (query tile i): S^T, P^T, dP^T and dS^T (KR keys x BM queries),
+    and dV += P^T dO_i, dK += dS^T Q_i issued on the tensor cores, not waited for. Returns
+    (dv_tok, dk_tok, pt_a, dst_a, dst): the products' tokens, their register operands (live
+    until the products are waited for) and dS^T in q's dtype, tau not applied."""
+    SLOTS: gl.constexpr = q_bufs.type.shape[0]
+    BM: gl.constexpr = q_bufs.type.shape[1]
+    KR: gl.constexpr = k_rows.type.shape[0]
+    STATS_TMA: gl.constexpr = lse_bufs.type.shape[1] == BM
+    dtype: gl.constexpr = q_bufs.dtype
+    col_layout: gl.constexpr = gl.SliceLayout(0, st_zero.type.layout)  # a query per column
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dk.type.layout, k_width=2)
+    slot = it % SLOTS
+    offs_q = i * BM + q_rows
+    q_i = q_bufs.index(slot)
+    do_i = do_bufs.index(slot)
+    # lse_i and D_i: read from the ring's shared memory (the loader's TMA put them beside Q_i
+    # and dO_i) just when they are needed, so that they take no registers while S^T and
+    # dP^T are on the tensor cores; else loaded from HBM first, every thread its columns
+    # (64-bit pointers that cost registers, and the loads' latency to hide).
+    if not STATS_TMA:
+        lse_hbm = gl.load(lse_src + bh * seqlen_q + offs_q)  # read BM
+        delta_hbm = gl.load(delta_src + bh * seqlen_q + offs_q)  # read BM
+    st_tok, dpt_tok = _issue_scores(k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, it, st_zero)
+    st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok,))
+    if STATS_TMA:
+        lse2 = lse_bufs.index(slot).load(col_layout) * 1.4426950408889634
+    else:
+        lse2 = lse_hbm * 1.4426950408889634
+    pt = gl.exp2(st * qk_scale - lse2[None, :])  # P^T, (KR, BM)
+    if CAUSAL:
+        if i * BM < k0 + KR:  # the tile crosses the diagonal: query < key is masked
+            pt = gl.where(offs_k[:, None] <= offs_q[None, :], pt, 0.0)
+    pt = pt.to(dtype)  # the fp32 P^T is not kept: registers (dS^T is rounded to dtype anyway)
+    pt_a = gl.convert_layout(pt, a_layout)
+    dv_tok = warpgroup_mma(pt_a, do_i, dv, is_async=True)  # dV += P^T dO_i, while dS^T
+    dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt_tok,))
+    if STATS_TMA:
+        delta = delta_bufs.index(slot).load(col_layout)
+    else:
+        delta = delta_hbm
+    dst = (pt.to(gl.float32) * (dpt - delta[None, :])).to(dtype)  # dS^T, tau applied later
+    dst_a = gl.convert_layout(dst, a_layout)
+    dk_tok = warpgroup_mma(dst_a, q_i, dk, is_async=True)  # dK += dS^T Q_i
+    return dv_tok, dk_tok, pt_a, dst_a, dst
+
+
+@gluon.jit
+def _send_dq(dq, dq_stage, part, dq_dst, row, col):
+    """A (64, 64) fp32 part of dQ_i from the registers to shared memory (stage slot `part`) and
+    into HBM by one TMA reduce-add at (row, col): read-modify-write 64*64 fp32, in L2, by the
+    copy engine. The slot must be free (`tma.store_wait` seen by every thread)."""
+    dq_buf = dq_stage.index(part)
+    dq_buf.store(dq)
+    fence_async_shared()  # the writes before the copy engine reads them
+    _tma_reduce_add(dq_dst, [row, col], dq_buf)
 
 
 @gluon.jit
@@ -298,16 +378,12 @@ def _bwd_tile(
     DQ_N: gl.constexpr = 64
     DQ_M: gl.constexpr = 64
     DQ_PARTS: gl.constexpr = 1 if DQ_SPLIT else HEAD_DIM // DQ_N
-    STATS_TMA: gl.constexpr = lse_bufs.type.shape[1] == BM
-    col_layout: gl.constexpr = gl.SliceLayout(0, st_zero.type.layout)  # a query per column
     # Where this warpgroup's part of dQ_i starts (as `_bwd_warpgroup` splits it; constexprs, which
     # a slice of shared memory needs): split by rows at BM = 128, by columns at BM = 64.
     SPLIT_ROWS: gl.constexpr = DQ_SPLIT and BM == 2 * DQ_M
     DQ_ROW0: gl.constexpr = wg * DQ_M if SPLIT_ROWS else 0
     DQ_COL0: gl.constexpr = wg * DQ_N if DQ_SPLIT and not SPLIT_ROWS else 0
     dtype: gl.constexpr = q_bufs.dtype
-    kv_layout: gl.constexpr = dk.type.layout
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     # With the mask and 64-query steps, the second warpgroup's keys all lie right of the first
     # query tile (queries 128 j .. 128 j + 63, keys 128 j + 64 ..): when it adds its own part of
     # dQ_i it skips that step, only handing its ring slot back (the loader loaded it for both).
@@ -324,51 +400,22 @@ def _bwd_tile(
         it = done + step  # the program's step count: ring slot, barrier phases
         i = first + step
         slot = it % SLOTS
-        offs_q = i * BM + q_rows
-        q_i = q_bufs.index(slot)
-        do_i = do_bufs.index(slot)
-        # lse_i and D_i: read from the ring's shared memory (the loader's TMA put them beside Q_i
-        # and dO_i) just when they are needed, so that they take no registers while S^T and
-        # dP^T are on the tensor cores; else loaded from HBM first, every thread its columns
-        # (64-bit pointers that cost registers, and the loads' latency to hide).
-        if not STATS_TMA:
-            lse_hbm = gl.load(lse_src + bh * seqlen_q + offs_q)  # read BM
-            delta_hbm = gl.load(delta_src + bh * seqlen_q + offs_q)  # read BM
-        st_tok, dpt_tok = _issue_scores(
-            k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, it, st_zero
-        )
-        st = warpgroup_mma_wait(num_outstanding=1, deps=(st_tok,))
-        if STATS_TMA:
-            lse2 = lse_bufs.index(slot).load(col_layout) * 1.4426950408889634
-        else:
-            lse2 = lse_hbm * 1.4426950408889634
-        pt = gl.exp2(st * qk_scale - lse2[None, :])  # P^T, (KR, BM)
-        if CAUSAL:
-            if i * BM < k0 + KR:  # the tile crosses the diagonal: query < key is masked
-                pt = gl.where(offs_k[:, None] <= offs_q[None, :], pt, 0.0)
-        pt = pt.to(dtype)  # the fp32 P^T is not kept: registers (dS^T is rounded to dtype anyway)
-        pt_a = gl.convert_layout(pt, a_layout)
-        dv_tok = warpgroup_mma(pt_a, do_i, dv, is_async=True)  # dV += P^T dO_i, while dS^T
-        dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt_tok,))
-        if STATS_TMA:
-            delta = delta_bufs.index(slot).load(col_layout)
-        else:
-            delta = delta_hbm
-        dst = (pt.to(gl.float32) * (dpt - delta[None, :])).to(dtype)  # dS^T, tau applied later
-        dst_a = gl.convert_layout(dst, a_layout)
-        dk_tok = warpgroup_mma(dst_a, q_i, dk, is_async=True)  # dK += dS^T Q_i
+        dv_tok, dk_tok, pt_a, dst_a, dst = _step_grads(
+            k_rows, v_rows, q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready, lse_src,
+            delta_src, it, i, bh, seqlen_q, k0, offs_k, q_rows, dk, dv, st_zero, qk_scale, CAUSAL,
+        )  # fmt: skip
 
         # dS^T into shared memory, where the dQ product reads it as dS.
         if DQ_SPLIT:  # both warpgroups' last dQ products have read ds_smem
-            mbarrier.wait(ds_free, (it & 1) ^ 1)
+            mbarrier.wait(ds_free.index(0), (it & 1) ^ 1)
         if DQ_TMA:  # the last step's reduce-adds have read dq_stage (the barrier below: all see it)
             tma.store_wait(0)
         ds_rows.store(dst)
         fence_async_shared()
         _thread_barrier()  # every thread of the warpgroup has written its part
         if DQ_SPLIT:  # and the other warpgroup its half
-            mbarrier.arrive(ds_ready, count=1)
-            mbarrier.wait(ds_ready, it & 1)
+            mbarrier.arrive(ds_ready.index(0), count=1)
+            mbarrier.wait(ds_ready.index(0), it & 1)
         if not DQ_TMA:
             dq_tile = dq_dst + (bh * seqlen_q + i * BM).to(gl.int64) * HEAD_DIM  # scalar pointer
         for h in gl.static_range(DQ_PARTS):
@@ -384,26 +431,120 @@ def _bwd_tile(
                 mbarrier.arrive(q_free.index(slot), count=1)  # dK, dV have read Q_i, dO_i
                 mbarrier.arrive(do_free.index(slot), count=1)
                 if DQ_SPLIT:
-                    mbarrier.arrive(ds_free, count=1)
+                    mbarrier.arrive(ds_free.index(0), count=1)
             else:
                 dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
-            if DQ_TMA:  # read-modify-write 64*DQ_N fp32 in L2, by the copy engine
-                dq_buf = dq_stage.index(wg * DQ_PARTS + h)
-                dq_buf.store(dq)
-                fence_async_shared()  # the writes before the copy engine reads them
-                _tma_reduce_add(
-                    dq_dst, [bh * seqlen_q + i * BM + DQ_ROW0, DQ_COL0 + h * DQ_N], dq_buf
-                )
+            if DQ_TMA:
+                _send_dq(
+                    dq, dq_stage, wg * DQ_PARTS + h, dq_dst, bh * seqlen_q + i * BM + DQ_ROW0,
+                    DQ_COL0 + h * DQ_N,
+                )  # fmt: skip
             else:  # read-modify-write 64*DQ_N fp32, in L2, by the threads
                 gl.atomic_add(dq_tile + h * DQ_N + dq_offs, dq, sem="relaxed")
 
     # Every product of this tile has read K and V (the last dQ part was waited for above).
     mbarrier.arrive(kv_free, count=1)
-    rows = bh * seqlen_k + k0 + gl.arange(0, KR, layout=gl.SliceLayout(1, kv_layout))
-    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, kv_layout))
+    _store_dk_dv(dk, dv, dk_ptr, dv_ptr, bh * seqlen_k + k0, sm_scale, dtype)
+    return done + n_steps
+
+
+@gluon.jit
+def _store_dk_dv(dk, dv, dk_ptr, dv_ptr, row0, sm_scale, dtype: gl.constexpr):
+    """A warpgroup's (KR, d) dK (times tau) and dV into rows row0.. of the flat (B*H*N_K, d)
+    gradients: write 2 KR d."""
+    KR: gl.constexpr = dk.type.shape[0]
+    HEAD_DIM: gl.constexpr = dk.type.shape[1]
+    rows = row0 + gl.arange(0, KR, layout=gl.SliceLayout(1, dk.type.layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, dk.type.layout))
     offs = rows[:, None] * HEAD_DIM + cols[None, :]
     gl.store(dk_ptr + offs, (dk * sm_scale).to(dtype))  # write KR*d
     gl.store(dv_ptr + offs, dv.to(dtype))  # write KR*d
+
+
+@gluon.jit
+def _lagged_dq(ds_smem, k_smem, ds_ready, wg: gl.constexpr, it, dq_zero):
+    """Step it's dQ product, issued (not waited for) once both warpgroups have written their
+    halves of its dS^T (buffer it % 2): this warpgroup's half of dQ_i's columns (BM = 64,
+    d = 128) or rows (BM = 128, d = 64), over all BN keys."""
+    BM: gl.constexpr = ds_smem.type.shape[2]
+    DQ_M: gl.constexpr = 64
+    DQ_N: gl.constexpr = 64
+    buf = ds_smem.index(it % 2)  # dS^T: (BN, BM)
+    mbarrier.wait(ds_ready.index(it % 2), (it // 2) & 1)
+    if BM == 2 * DQ_M:
+        dq_a = buf.slice(wg * DQ_M, DQ_M, dim=1).permute((1, 0))  # dS: (DQ_M, BN)
+        dq_b = k_smem  # (BN, d = 64)
+    else:
+        dq_a = buf.permute((1, 0))  # dS: (BM, BN)
+        dq_b = k_smem.slice(wg * DQ_N, DQ_N, dim=1)  # (BN, DQ_N)
+    return warpgroup_mma(dq_a, dq_b, dq_zero, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _dq_done(dq, ds_smem, ds_free, dq_stage, dq_dst, wg: gl.constexpr, it, row_i):
+    """Step it's dQ part is computed: this warpgroup hands its dS^T buffer back, and the part
+    goes into HBM by one TMA reduce-add (row_i: the query tile's first row in the flat dQ)."""
+    BM: gl.constexpr = ds_smem.type.shape[2]
+    mbarrier.arrive(ds_free.index(it % 2), count=1)
+    if BM == 128:
+        _send_dq(dq, dq_stage, wg, dq_dst, row_i + wg * 64, 0)
+    else:
+        _send_dq(dq, dq_stage, wg, dq_dst, row_i, wg * 64)
+
+
+@gluon.jit
+def _bwd_tile_lagged(
+    wg: gl.constexpr, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, k_rows, v_rows,
+    ds_smem, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_src, delta_src, seqlen_q, seqlen_k,
+    qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv, st_zero, dq_zero, q_rows,
+    CAUSAL,
+):  # fmt: skip
+    """`_bwd_tile` with the warpgroups sharing dS^T through two buffers, each step's dQ product
+    one step late: step it writes its dS^T half into buffer it % 2 and then computes the dQ of
+    step it - 1, whose other half the other warpgroup wrote a step ago, so neither waits for
+    the other inside a step (FlashAttention-3's two dS stages). The last step's dQ goes after
+    the loop. Returns done + n_steps."""
+    kv_ready, kv_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
+    SLOTS: gl.constexpr = q_bufs.type.shape[0]
+    BM: gl.constexpr = q_bufs.type.shape[1]
+    KR: gl.constexpr = k_rows.type.shape[0]
+    dtype: gl.constexpr = q_bufs.dtype
+    row_q = bh * seqlen_q + first * BM  # the key tile's first query row in the flat dQ
+    for step in range(n_steps):
+        it = done + step
+        i = first + step
+        slot = it % SLOTS
+        dv_tok, dk_tok, pt_a, dst_a, dst = _step_grads(
+            k_rows, v_rows, q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready, lse_src,
+            delta_src, it, i, bh, seqlen_q, k0, offs_k, q_rows, dk, dv, st_zero, qk_scale, CAUSAL,
+        )  # fmt: skip
+        # dS^T into buffer it % 2 once both warpgroups' dQ of step it - 2 have read it.
+        mbarrier.wait(ds_free.index(it % 2), ((it // 2) & 1) ^ 1)
+        tma.store_wait(0)  # the last reduce-add has read dq_stage (the barrier: all see it)
+        ds_smem.index(it % 2).slice(wg * KR, KR).store(dst)
+        fence_async_shared()
+        _thread_barrier()  # every thread of the warpgroup has written its part
+        mbarrier.arrive(ds_ready.index(it % 2), count=1)
+        if step > 0:  # the previous step's dQ, while dV and dK run
+            dq_tok = _lagged_dq(ds_smem, k_smem, ds_ready, wg, it - 1, dq_zero)
+            dv, dk, dq, pt_a, dst_a = warpgroup_mma_wait(
+                num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok, pt_a, dst_a)
+            )
+            _dq_done(dq, ds_smem, ds_free, dq_stage, dq_dst, wg, it - 1, row_q + (step - 1) * BM)
+        else:
+            dv, dk, pt_a, dst_a = warpgroup_mma_wait(
+                num_outstanding=0, deps=(dv_tok, dk_tok, pt_a, dst_a)
+            )
+        mbarrier.arrive(q_free.index(slot), count=1)  # dK, dV have read Q_i, dO_i
+        mbarrier.arrive(do_free.index(slot), count=1)
+    last = done + n_steps - 1
+    dq_tok = _lagged_dq(ds_smem, k_smem, ds_ready, wg, last, dq_zero)
+    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
+    tma.store_wait(0)
+    _thread_barrier()
+    _dq_done(dq, ds_smem, ds_free, dq_stage, dq_dst, wg, last, row_q + (n_steps - 1) * BM)
+    mbarrier.arrive(kv_free, count=1)  # every product of this tile has read K and V
+    _store_dk_dv(dk, dv, dk_ptr, dv_ptr, bh * seqlen_k + k0, sm_scale, dtype)
     return done + n_steps
 
 
@@ -430,6 +571,7 @@ def _attn_bwd_ws_kernel(
     DQ_SPLIT: gl.constexpr,  # the warpgroups split dQ_i's columns (d = 128 only)
     DQ_TMA: gl.constexpr,  # dQ added by TMA reduce-adds from shared memory, not thread atomics
     STATS_TMA: gl.constexpr,  # lse_i and D_i come through the TMA with Q_i and dO_i
+    DQ_LAG: gl.constexpr,  # DQ_SPLIT's dS^T in two buffers, each step's dQ one step late
 ):
     """grid (P,): P programs take the B*H*N_K/BLOCK_N key tiles in turn (`_key_tile`); with
     P = the number of tiles, one each."""
@@ -441,7 +583,10 @@ def _attn_bwd_ws_kernel(
     do_bufs = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BM, HEAD_DIM], do_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [BN, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [BN, HEAD_DIM], v_desc.layout)
-    if DQ_SPLIT:  # dS^T of both warpgroups, read whole by each one's dQ product
+    if DQ_LAG:  # two of DQ_SPLIT's buffers, used in turn
+        ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BM], dtype)
+        ds_smem = gl.allocate_shared_memory(dtype, [2, BN, BM], ds_layout)
+    elif DQ_SPLIT:  # dS^T of both warpgroups, read whole by each one's dQ product
         ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BM], dtype)
         ds_smem = gl.allocate_shared_memory(dtype, [BN, BM], ds_layout)
     else:  # one (BN / 2, BM) dS^T per warpgroup
@@ -464,16 +609,17 @@ def _attn_bwd_ws_kernel(
         delta_bufs = gl.allocate_shared_memory(gl.float32, [1, 8], stats_layout)
     kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    ds_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
     q_free = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
     do_ready = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
     do_free = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_ready, count=1)
     mbarrier.init(kv_free, count=2)  # both warpgroups are done with a tile's K and V
-    mbarrier.init(ds_ready, count=2)  # both warpgroups have written their dS^T
-    mbarrier.init(ds_free, count=2)  # both warpgroups' dQ products have read it
+    for b in gl.static_range(2):  # (the second buffer's only with DQ_LAG)
+        mbarrier.init(ds_ready.index(b), count=2)  # both warpgroups have written their dS^T
+        mbarrier.init(ds_free.index(b), count=2)  # both warpgroups' dQ products have read it
     for s in gl.static_range(NUM_SLOTS):
         mbarrier.init(q_ready.index(s), count=1)
         mbarrier.init(do_ready.index(s), count=1)
@@ -521,6 +667,7 @@ def flash_attention_bwd_ws(
     persistent: bool = PERSISTENT_DEFAULT,
     stats_tma: bool = STATS_TMA_DEFAULT,
     block_m: int | None = None,
+    dq_lag: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) as `backward.flash_attention_bwd`, by the warp-specialized kernel
     (Hopper only; ValueError naming what `forward_ws.supported` refuses).
@@ -535,7 +682,9 @@ def flash_attention_bwd_ws(
     the loader brings each query tile's lse and D into shared memory with Q_i and dO_i (True),
     else each gradient thread loads its 2 x 16 of them from HBM every step; block_m: query rows
     per step, 64 or (at d = 64 only) 128, where the warpgroups share dS^T and each computes 64
-    rows of dQ_i (default `block_m_default(d)`).
+    rows of dQ_i (default `block_m_default(d)`); dq_lag: where the warpgroups share dS^T, two
+    dS^T buffers and each step's dQ product one step late, so that they do not wait for each
+    other inside a step (needs dq_tma; not measured yet, so off by default).
     Extra memory: an fp32 dQ of q's shape. A combination whose buffers pass the H200's shared
     memory is refused (`shared_bytes`).
     """
@@ -561,11 +710,16 @@ def flash_attention_bwd_ws(
     # At d = 64 and 64 rows a half would be 32 columns, below a wgmma tile; at 128 rows the
     # warpgroups always split dQ_i's rows (each one's own keys' part would take 64 registers).
     dq_split = (dq_split and d == 128) or block_m == 128
-    need = shared_bytes(d, num_slots, dq_split, dq_tma, stats_tma, block_m)
+    if dq_lag and not (dq_split and dq_tma):
+        raise ValueError(
+            "dq_lag needs the warpgroups to share dS^T (dq_split at d = 128, or block_m=128) "
+            f"and dq_tma, got dq_split={dq_split}, dq_tma={dq_tma} at d = {d}"
+        )
+    need = shared_bytes(d, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag)
     if need > SHARED_LIMIT:
         raise ValueError(
             f"num_slots={num_slots}, dq_split={dq_split}, dq_tma={dq_tma}, "
-            f"stats_tma={stats_tma}, block_m={block_m} at d = {d} need "
+            f"stats_tma={stats_tma}, block_m={block_m}, dq_lag={dq_lag} at d = {d} need "
             f"{need} bytes of shared memory, more than the {SHARED_LIMIT} a program can have"
         )
     scale = float(softmax_scale_or_default(softmax_scale, d))
@@ -594,7 +748,8 @@ def flash_attention_bwd_ws(
         _descriptor(q, block_m), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
         _descriptor(do, block_m), dq_dst, dk, dv, lse_src, delta_src, n_q, n_k, bh,
         scale * LOG2E, scale, CAUSAL=causal, NUM_SLOTS=num_slots, DQ_SPLIT=dq_split,
-        DQ_TMA=bool(dq_tma), STATS_TMA=bool(stats_tma), num_warps=4, maxnreg=MAXNREG,
+        DQ_TMA=bool(dq_tma), STATS_TMA=bool(stats_tma), DQ_LAG=bool(dq_lag), num_warps=4,
+        maxnreg=MAXNREG,
     )  # fmt: skip
     return (dq32 * scale).to(q.dtype), dk, dv
 
@@ -653,19 +808,19 @@ def _stats_descriptor(t: torch.Tensor, block_m: int = BLOCK_M) -> TensorDescript
 
 def shared_bytes(
     d: int, num_slots: int, dq_split: bool, dq_tma: bool, stats_tma: bool = STATS_TMA_DEFAULT,
-    block_m: int = BLOCK_M,
+    block_m: int = BLOCK_M, dq_lag: bool = False,
 ) -> int:  # fmt: skip
-    """Shared memory of one program, in bytes (the barriers aside): the Q/dO ring (with lse and
-    D when stats_tma), K and V, dS^T, and with dq_tma each warpgroup's fp32 staging of its dQ_i
-    parts."""
+    """Shared memory of one program, in bytes: the Q/dO ring (with lse and D when stats_tma), K
+    and V, dS^T (twice with dq_lag), with dq_tma each warpgroup's fp32 staging of its dQ_i
+    parts, and up to 1 KB for the mbarriers and the alignment between buffers."""
     elem = 2
     ring = 2 * num_slots * block_m * d * elem
     kv = 2 * BLOCK_N * d * elem
-    ds = BLOCK_N * block_m * elem
+    ds = BLOCK_N * block_m * elem * (2 if dq_lag else 1)
     parts = 1 if dq_split else d // DQ_COLS
     stage = 2 * parts * DQ_ROWS * DQ_COLS * 4 if dq_tma else 0
     stats = 2 * num_slots * block_m * 4 if stats_tma else 0
-    return ring + stats + kv + ds + stage
+    return ring + stats + kv + ds + stage + 1024
 
 
 class FlashAttentionWS(torch.autograd.Function):
@@ -699,7 +854,7 @@ class FlashAttentionWS(torch.autograd.Function):
 def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = torch.bfloat16,
                      num_slots: int | None = None, dq_split: bool | None = None,
                      dq_tma: bool = DQ_TMA_DEFAULT, stats_tma: bool = STATS_TMA_DEFAULT,
-                     block_m: int | None = None):  # fmt: skip
+                     block_m: int | None = None, dq_lag: bool = False):  # fmt: skip
     """Compile the kernel for sm_90 here, without a GPU (`targets.compile_for`): proof on a CPU
     machine that it builds for Hopper, with its shared memory, registers and PTX. The lengths
     count as multiples of 16, as a launch with N a multiple of 128 specializes them."""
@@ -736,7 +891,7 @@ def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = to
         {
             "CAUSAL": causal, "NUM_SLOTS": num_slots,
             "DQ_SPLIT": (dq_split and d == 128) or block_m == 128,
-            "DQ_TMA": bool(dq_tma), "STATS_TMA": bool(stats_tma),
+            "DQ_TMA": bool(dq_tma), "STATS_TMA": bool(stats_tma), "DQ_LAG": bool(dq_lag),
         },
         target=(9, 0), num_warps=4, maxnreg=MAXNREG, divisible=tuple(divisible),
     )  # fmt: skip
