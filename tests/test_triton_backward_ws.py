@@ -111,17 +111,6 @@ def test_refuses_what_the_forward_refuses():
         bws.flash_attention_bwd_ws(do, q, k, v, out, lse)
 
 
-@requires_hopper
-@pytest.mark.gpu
-@pytest.mark.parametrize("d, block_m", [(128, 128), (64, 32), (64, 96)])
-def test_a_step_it_cannot_take_is_refused_by_name(d, block_m):
-    q, k, v, do = make_inputs(make_generator("bws-bm", d, block_m), 1, 2, 256, 256, d,
-                              torch.bfloat16, device="cuda")  # fmt: skip
-    out, lse = ws.flash_attention_fwd_ws(q, k, v, False)
-    with pytest.raises(ValueError, match=f"block_m must be one of .* got {block_m} at d = {d}"):
-        bws.flash_attention_bwd_ws(do, q, k, v, out, lse, block_m=block_m)
-
-
 def test_bad_lse_gets_the_teaching_kernels_error():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     q, k, v, do = make_inputs(make_generator("bws-lse"), 1, 2, 256, 256, 64, torch.bfloat16,
@@ -227,22 +216,23 @@ def test_the_lagged_dq_against_float64(shape, causal, persistent):
 
 @requires_hopper
 @pytest.mark.gpu
-def test_the_lagged_dq_needs_a_shared_ds():
-    q, k, v, do = make_inputs(make_generator("bws-lag"), 1, 2, 256, 256, 128, torch.bfloat16,
-                              device="cuda")  # fmt: skip
+@pytest.mark.parametrize(
+    "d, options, message",
+    [(128, {"block_m": 128}, "block_m must be one of .* got 128 at d = 128"),
+     (64, {"block_m": 32}, "block_m must be one of .* got 32 at d = 64"),
+     (64, {"block_m": 96}, "block_m must be one of .* got 96 at d = 64"),
+     (128, {"dq_split": False, "dq_lag": True}, "dq_lag needs .* got dq_split=False"),
+     (128, {"num_slots": 3, "dq_split": False},
+      "num_slots=3, dq_split=False, dq_tma=True, .* at d = 128 need .* more than the 232448")],
+)  # fmt: skip
+def test_a_launch_it_cannot_take_is_refused_by_name(d, options, message):
+    """A step size it has no layout for, a lagged dQ without a shared dS^T, buffers past the
+    H200's shared memory: a ValueError naming the argument, before any launch."""
+    q, k, v, do = make_inputs(make_generator("bws-refuse", d, sorted(options.items())), 1, 2,
+                              256, 256, d, torch.bfloat16, device="cuda")  # fmt: skip
     out, lse = ws.flash_attention_fwd_ws(q, k, v, False)
-    with pytest.raises(ValueError, match="dq_lag needs .* got dq_split=False"):
-        bws.flash_attention_bwd_ws(do, q, k, v, out, lse, dq_split=False, dq_lag=True)
-
-
-@requires_hopper
-@pytest.mark.gpu
-def test_a_combination_past_shared_memory_is_refused_by_name():
-    q, k, v, do = make_inputs(make_generator("bws-smem"), 1, 2, 256, 256, 128, torch.bfloat16,
-                              device="cuda")  # fmt: skip
-    out, lse = ws.flash_attention_fwd_ws(q, k, v, False)
-    with pytest.raises(ValueError, match="num_slots=3, dq_split=False, dq_tma=True, .* at d = 128"):
-        bws.flash_attention_bwd_ws(do, q, k, v, out, lse, num_slots=3, dq_split=False)
+    with pytest.raises(ValueError, match=message):
+        bws.flash_attention_bwd_ws(do, q, k, v, out, lse, **options)
 
 
 def test_the_autograd_function_prefers_it_only_on_hopper():

@@ -298,13 +298,14 @@ def _bwd_warpgroup(
 
 
 @gluon.jit
-def _step_grads(k_rows, v_rows, q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready,
-                lse_src, delta_src, it, i, bh, seqlen_q, k0, offs_k, q_rows, dk, dv, st_zero,
+def _step_grads(ring, k_rows, v_rows, it, i, bh, seqlen_q, k0, offs_k, q_rows, dk, dv, st_zero,
                 qk_scale, CAUSAL):  # fmt: skip
     """Step it of a warpgroup (query tile i): S^T, P^T, dP^T and dS^T (KR keys x BM queries),
-    and dV += P^T dO_i, dK += dS^T Q_i issued on the tensor cores, not waited for. Returns
+    and dV += P^T dO_i, dK += dS^T Q_i issued on the tensor cores, not waited for. ring: the
+    Q/dO ring's buffers and barriers, and lse's and D's sources (descriptors or pointers). Returns
     (dv_tok, dk_tok, pt_a, dst_a, dst): the products' tokens, their register operands (live
     until the products are waited for) and dS^T in q's dtype, tau not applied."""
+    q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready, lse_src, delta_src = ring
     SLOTS: gl.constexpr = q_bufs.type.shape[0]
     BM: gl.constexpr = q_bufs.type.shape[1]
     KR: gl.constexpr = k_rows.type.shape[0]
@@ -396,13 +397,14 @@ def _bwd_tile(
             mbarrier.arrive(q_free.index(done % SLOTS), count=1)
             mbarrier.arrive(do_free.index(done % SLOTS), count=1)
             skip = 1
+    ring = (q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready, lse_src, delta_src)
     for step in range(skip, n_steps):
         it = done + step  # the program's step count: ring slot, barrier phases
         i = first + step
         slot = it % SLOTS
         dv_tok, dk_tok, pt_a, dst_a, dst = _step_grads(
-            k_rows, v_rows, q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready, lse_src,
-            delta_src, it, i, bh, seqlen_q, k0, offs_k, q_rows, dk, dv, st_zero, qk_scale, CAUSAL,
+            ring, k_rows, v_rows, it, i, bh, seqlen_q, k0, offs_k, q_rows, dk, dv, st_zero,
+            qk_scale, CAUSAL,
         )  # fmt: skip
 
         # dS^T into shared memory, where the dQ product reads it as dS.
@@ -510,13 +512,14 @@ def _bwd_tile_lagged(
     KR: gl.constexpr = k_rows.type.shape[0]
     dtype: gl.constexpr = q_bufs.dtype
     row_q = bh * seqlen_q + first * BM  # the key tile's first query row in the flat dQ
+    ring = (q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready, lse_src, delta_src)
     for step in range(n_steps):
         it = done + step
         i = first + step
         slot = it % SLOTS
         dv_tok, dk_tok, pt_a, dst_a, dst = _step_grads(
-            k_rows, v_rows, q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready, lse_src,
-            delta_src, it, i, bh, seqlen_q, k0, offs_k, q_rows, dk, dv, st_zero, qk_scale, CAUSAL,
+            ring, k_rows, v_rows, it, i, bh, seqlen_q, k0, offs_k, q_rows, dk, dv, st_zero,
+            qk_scale, CAUSAL,
         )  # fmt: skip
         # dS^T into buffer it % 2 once both warpgroups' dQ of step it - 2 have read it.
         mbarrier.wait(ds_free.index(it % 2), ((it // 2) & 1) ^ 1)
