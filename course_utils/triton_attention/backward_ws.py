@@ -210,18 +210,18 @@ def _bwd_warpgroup(
     """Keys wg*64 .. wg*64+63 of each of this program's key tiles: dK and dV over every query
     tile, and this warpgroup's part of each dQ_i.
 
-    With dq_stage (BM, 64) slots (DQ_TMA), dq_dst is a descriptor over the fp32 dQ and each part
+    With dq_stage (64, 64) slots (DQ_TMA), dq_dst is a descriptor over the fp32 dQ and each part
     of dQ_i goes through this warpgroup's slots and one TMA reduce-add; else dq_dst is a pointer
     and the threads add their registers with atomics."""
     kv_ready = bars[0]
     BM: gl.constexpr = q_bufs.type.shape[1]
     HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
     KR: gl.constexpr = k_smem.type.shape[0] // 2
-    # dQ_i's columns are computed DQ_N at a time. DQ_SPLIT (ds_smem one (BN, BM) buffer): each
-    # warpgroup computes half of them (d = 128) over all BN keys, after both have written
-    # their dS^T. Else (ds_smem (2, KR, BM)): each computes all of them over its own KR keys,
-    # in HEAD_DIM / DQ_N products, with no wait for the other. (Told by the buffer's shape:
-    # constexprs passed through warp_specialize arrive as tensors.)
+    # dQ_i is computed in (64, 64) parts. DQ_SPLIT (ds_smem one (BN, BM) buffer): each
+    # warpgroup computes half of its columns (d = 128) or rows (BM = 128) over all BN keys,
+    # after both have written their dS^T. Else (ds_smem (2, KR, BM)): each computes all of dQ_i
+    # over its own KR keys, in HEAD_DIM / DQ_N products, with no wait for the other. (Told by
+    # the buffer's shape: constexprs passed through warp_specialize arrive as tensors.)
     # DQ_LAG (ds_smem (2, BN, BM)): shared as with DQ_SPLIT, in two buffers, each step's dQ one
     # step late (`_bwd_tile_lagged`).
     DQ_LAG: gl.constexpr = len(ds_smem.type.shape) == 3 and ds_smem.type.shape[1] == 2 * KR
