@@ -241,9 +241,7 @@ def _bwd_warpgroup(
 
     k_rows = k_smem.slice(wg * KR, KR)  # (KR, d)
     v_rows = v_smem.slice(wg * KR, KR)
-    if DQ_LAG:  # unused there
-        ds_rows = ds_smem.index(0)
-        dq_a = ds_smem.index(0)
+    if DQ_LAG:  # `_bwd_tile_lagged` takes ds_smem whole
         dq_row0 = 0
         dq_col0 = 0
     elif DQ_SPLIT:
@@ -270,6 +268,9 @@ def _bwd_warpgroup(
     q_rows = gl.arange(0, BM, layout=gl.SliceLayout(0, st_layout))
     key_rows = gl.arange(0, KR, layout=gl.SliceLayout(1, st_layout))
     n_kt = seqlen_k // (2 * KR)
+    # The Q/dO ring's buffers and barriers, and lse's and D's sources (descriptors or pointers).
+    q_ready, do_ready = bars[2], bars[4]
+    ring = (q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready, lse_src, delta_src)
     done = 0  # steps of the earlier tiles: ring slots and barrier phases continue from there
     for tile_i in range(_num_rounds(n_kt * n_bh)):
         start_n, bh, first = _key_tile(tile_i, n_kt, n_bh, BM, 2 * KR, CAUSAL)
@@ -281,17 +282,15 @@ def _bwd_warpgroup(
         mbarrier.wait(kv_ready, tile_i & 1)
         if DQ_LAG:
             done = _bwd_tile_lagged(
-                wg, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, k_rows, v_rows,
-                ds_smem, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_src, delta_src, seqlen_q,
-                seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv,
-                st_zero, dq_zero, q_rows, CAUSAL,
+                wg, ring, k_smem, k_rows, v_rows, ds_smem, dq_stage, bars, dq_dst, dk_ptr,
+                dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps,
+                done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
             )  # fmt: skip
         else:
             done = _bwd_tile(
-                wg, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, k_rows, v_rows,
-                ds_rows, dq_a, dq_offs, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_src,
-                delta_src, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first,
-                n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
+                wg, ring, k_smem, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars,
+                dq_dst, dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k,
+                first, n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
             )  # fmt: skip
     if DQ_TMA:
         tma.store_wait(0)  # the last reduce-adds have read dq_stage before the program ends
@@ -302,7 +301,7 @@ def _step_grads(ring, k_rows, v_rows, it, i, bh, seqlen_q, k0, offs_k, q_rows, d
                 qk_scale, CAUSAL):  # fmt: skip
     """Step it of a warpgroup (query tile i): S^T, P^T, dP^T and dS^T (KR keys x BM queries),
     and dV += P^T dO_i, dK += dS^T Q_i issued on the tensor cores, not waited for. ring: the
-    Q/dO ring's buffers and barriers, and lse's and D's sources (descriptors or pointers). Returns
+    Q/dO ring's buffers and barriers, and lse's and D's sources (`_bwd_warpgroup`). Returns
     (dv_tok, dk_tok, pt_a, dst_a, dst): the products' tokens, their register operands (live
     until the products are waited for) and dS^T in q's dtype, tau not applied."""
     q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready, lse_src, delta_src = ring
@@ -361,15 +360,15 @@ def _send_dq(dq, dq_stage, part, dq_dst, row, col):
 
 @gluon.jit
 def _bwd_tile(
-    wg: gl.constexpr, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, k_rows, v_rows,
-    ds_rows, dq_a, dq_offs, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_src, delta_src,
-    seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv,
-    st_zero, dq_zero, q_rows, CAUSAL,
+    wg: gl.constexpr, ring, k_smem, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars,
+    dq_dst, dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first,
+    n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
 ):  # fmt: skip
     """One key tile of a warpgroup: n_steps query tiles from `first`, then its dK and dV
     written out. `done`: the steps of the program's earlier tiles (slots and phases go on from
-    there); returns done + n_steps."""
+    there); returns done + n_steps. ring: as `_step_grads` takes it."""
     kv_ready, kv_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
+    q_bufs = ring[0]
     SLOTS: gl.constexpr = q_bufs.type.shape[0]
     BM: gl.constexpr = q_bufs.type.shape[1]
     HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
@@ -397,7 +396,6 @@ def _bwd_tile(
             mbarrier.arrive(q_free.index(done % SLOTS), count=1)
             mbarrier.arrive(do_free.index(done % SLOTS), count=1)
             skip = 1
-    ring = (q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready, lse_src, delta_src)
     for step in range(skip, n_steps):
         it = done + step  # the program's step count: ring slot, barrier phases
         i = first + step
@@ -496,10 +494,9 @@ def _dq_done(dq, ds_smem, ds_free, dq_stage, dq_dst, wg: gl.constexpr, it, row_i
 
 @gluon.jit
 def _bwd_tile_lagged(
-    wg: gl.constexpr, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, k_rows, v_rows,
-    ds_smem, dq_stage, bars, dq_dst, dk_ptr, dv_ptr, lse_src, delta_src, seqlen_q, seqlen_k,
-    qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv, st_zero, dq_zero, q_rows,
-    CAUSAL,
+    wg: gl.constexpr, ring, k_smem, k_rows, v_rows, ds_smem, dq_stage, bars, dq_dst, dk_ptr,
+    dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv,
+    st_zero, dq_zero, q_rows, CAUSAL,
 ):  # fmt: skip
     """`_bwd_tile` with the warpgroups sharing dS^T through two buffers, each step's dQ product
     one step late: step it writes its dS^T half into buffer it % 2 and then computes the dQ of
@@ -507,12 +504,12 @@ def _bwd_tile_lagged(
     the other inside a step (FlashAttention-3's two dS stages). The last step's dQ goes after
     the loop. Returns done + n_steps."""
     kv_ready, kv_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
+    q_bufs = ring[0]
     SLOTS: gl.constexpr = q_bufs.type.shape[0]
     BM: gl.constexpr = q_bufs.type.shape[1]
     KR: gl.constexpr = k_rows.type.shape[0]
     dtype: gl.constexpr = q_bufs.dtype
     row_q = bh * seqlen_q + first * BM  # the key tile's first query row in the flat dQ
-    ring = (q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready, lse_src, delta_src)
     for step in range(n_steps):
         it = done + step
         i = first + step
