@@ -41,15 +41,15 @@ def variants(d: int) -> list[tuple[str, dict]]:
     steps (d = 64; the default there); `-lag`: two dS^T buffers, each step's dQ one step late."""
     if d == 128:
         return [
-            ("split-s2", {"num_slots": 2, "dq_split": True}),
-            ("own-s2", {"num_slots": 2, "dq_split": False}),
+            ("split-s2", {"num_slots": 2, "dq_split": True, "dq_lag": False}),
+            ("own-s2", {"num_slots": 2, "dq_split": False, "dq_lag": False}),
             ("split-s2-lag", {"num_slots": 2, "dq_split": True, "dq_lag": True}),
         ]
     return [
-        ("m128-s2", {"num_slots": 2, "block_m": 128}),
-        ("m128-s3", {"num_slots": 3, "block_m": 128}),
+        ("m128-s2", {"num_slots": 2, "block_m": 128, "dq_lag": False}),
+        ("m128-s3", {"num_slots": 3, "block_m": 128, "dq_lag": False}),
         ("m128-s2-lag", {"num_slots": 2, "block_m": 128, "dq_lag": True}),
-        ("s2", {"num_slots": 2, "block_m": 64}),
+        ("s2", {"num_slots": 2, "block_m": 64, "dq_lag": False}),
     ]
 
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 import course_utils.triton_attention  # noqa: F401  (first: the interpreter switch)
 from benchmarks import backward_ws as bench
 from benchmarks import forward_configs
+
+without_a_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's message")
 
 
 def test_variants_per_head_dim():
@@ -24,14 +27,12 @@ def test_variants_per_head_dim():
         assert len(set(names)) == len(names) and names[0] == ("split-s2" if d == 128 else "m128-s2")
         for name, kw in bench.variants(d):
             assert set(kw) <= options, (name, kw)
-            block_m = kw.get("block_m", bws.block_m_default(d))
-            split = kw.get("dq_split", d == 128) and d == 128 or block_m == 128
-            need = bws.shared_bytes(
-                d, kw["num_slots"], split, kw.get("dq_tma", True),
-                kw.get("stats_tma", bws.STATS_TMA_DEFAULT), block_m, kw.get("dq_lag", False),
-            )  # fmt: skip
-            assert need <= bws.SHARED_LIMIT, (name, need)
-    assert dict(bench.variants(128))["own-s2"] == {"num_slots": 2, "dq_split": False}
+            opts = bws.launch_options(d, False, **kw)  # refuses buffers past shared memory
+            assert opts["dq_lag"] == name.endswith("-lag"), (name, opts)
+            assert f"s{opts['num_slots']}" in name.split("-"), (name, opts)
+    assert dict(bench.variants(128))["own-s2"] == {
+        "num_slots": 2, "dq_split": False, "dq_lag": False
+    }  # fmt: skip
     assert bench.is_gluon("own-s2") and not bench.is_gluon("course")
     assert not bench.is_gluon("cudnn")
 
@@ -53,6 +54,7 @@ def test_table_takes_the_best_gluon_variant_per_point():
     assert f"best Gluon variant / cudnn: geometric mean {gm:.2f}, lowest 0.68" in text
 
 
+@without_a_gpu
 def test_backward_ws_without_a_hopper_gpu_says_so(tmp_path, capsys):
     assert bench.main(["--out", str(tmp_path), "--results", str(tmp_path / "R.md")]) == 0
     assert "needs a Hopper GPU" in capsys.readouterr().out
@@ -66,6 +68,7 @@ def test_forward_configs_parse_and_refuse():
         forward_configs.parse_config("128x64")
 
 
+@without_a_gpu
 def test_forward_configs_without_a_gpu_exits_2(capsys):
     assert forward_configs.main(["--configs", "64x64w4s3"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
@@ -98,6 +101,7 @@ def test_decode_profile_splits_the_kernels_into_steps_at_each_flush():
     assert prof.short("x" * 60 + "(int)") == "x" * 45 + "..."
 
 
+@without_a_gpu
 def test_decode_profile_without_a_gpu_exits_2(capsys):
     from benchmarks import decode_profile
 

@@ -64,17 +64,59 @@ def test_shared_bytes_is_what_the_compiler_allocates(d, num_slots, dq_split, blo
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_default_launch_builds_within_shared_memory(d, causal):
-    """The launch policy measured in Gluon backward runs 7 and 8 (128-query steps and 3 slots
-    without the mask at d = 64; at d = 128 dS^T shared without the mask, not with it) builds."""
-    block_m, slots = bws.block_m_default(d), bws.num_slots_default(d, causal)
-    split = bws.dq_split_default(d, causal) or block_m == 128
-    assert (block_m, slots, split) == {
-        (64, False): (128, 3, True), (64, True): (128, 2, True),
-        (128, False): (64, 2, True), (128, True): (64, 2, False),
+    """The launch policy measured in Gluon backward runs 7 to 9 (128-query steps at d = 64; the
+    lagged dQ at d = 64 and at d = 128 with the mask, so two slots there; at d = 128 without
+    the mask dS^T shared, no lag) builds within what the host counts."""
+    opts = bws.launch_options(d, causal)
+    picked = (opts["block_m"], opts["num_slots"], opts["dq_split"], opts["dq_lag"])
+    assert picked == {
+        (64, False): (128, 2, True, True), (64, True): (128, 2, True, True),
+        (128, False): (64, 2, True, False), (128, True): (64, 2, True, True),
     }[d, causal]  # fmt: skip
-    counted = bws.shared_bytes(d, slots, split, dq_tma=True, block_m=block_m)
+    counted = bws.shared_bytes(d, opts["num_slots"], opts["dq_split"], dq_tma=True,
+                               block_m=opts["block_m"], dq_lag=opts["dq_lag"])  # fmt: skip
     compiled = bws.compile_for_sm90(d, causal)
     assert compiled.shared_bytes <= counted <= min(compiled.shared_bytes + 1024, bws.SHARED_LIMIT)
+
+
+@pytest.mark.parametrize(
+    "d, causal, given, expected",
+    [(128, True, {"dq_split": False}, {"dq_split": False, "dq_lag": False}),
+     (128, True, {"dq_lag": False}, {"dq_split": False, "num_slots": 2}),
+     (64, False, {"dq_lag": False}, {"dq_split": True, "num_slots": 3}),
+     (64, False, {"block_m": 64}, {"dq_split": False, "dq_lag": False, "num_slots": 3}),
+     (64, True, {"dq_tma": False}, {"dq_lag": False}),
+     (128, False, {"dq_lag": True}, {"dq_split": True, "dq_lag": True})],
+)  # fmt: skip
+def test_a_choice_given_moves_the_defaults_that_depend_on_it(d, causal, given, expected):
+    """Turning off what the lag needs (a shared dS^T, TMA reduce-adds) turns the lag's default
+    off instead of refusing; without the lag the defaults of runs 7 and 8 come back."""
+    opts = bws.launch_options(d, causal, **given)
+    assert {key: opts[key] for key in expected} == expected, opts
+
+
+REFUSED = [
+    (128, {"block_m": 128}, "block_m must be one of .* got 128 at d = 128"),
+    (64, {"block_m": 32}, "block_m must be one of .* got 32 at d = 64"),
+    (64, {"block_m": 96}, "block_m must be one of .* got 96 at d = 64"),
+    (128, {"dq_split": False, "dq_lag": True}, "dq_lag needs .* got dq_split=False"),
+    (64, {"dq_tma": False, "dq_lag": True}, "dq_lag needs .* dq_tma=False"),
+    (64, {"num_slots": 3}, "num_slots=3, .* dq_lag=True at d = 64 need .* more than the 232448"),
+    (64, {"num_slots": 0}, "num_slots must be an int from 1 to 3, got 0"),
+    (128, {"num_slots": 3, "dq_split": False},
+     "num_slots=3, dq_split=False, dq_tma=True, .* at d = 128 need .* more than the 232448"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("d, options, message", REFUSED)
+def test_a_launch_it_cannot_take_is_refused_by_name(d, options, message):
+    """A step size it has no layout for, a lagged dQ without a shared dS^T or the TMA's adds,
+    buffers past the H200's shared memory: a ValueError naming the argument (`launch_options`,
+    which the launch and the sm_90 compile both call, before anything runs)."""
+    with pytest.raises(ValueError, match=message):
+        bws.launch_options(d, False, **options)
+    with pytest.raises(ValueError, match=message):
+        bws.compile_for_sm90(d, False, **options)
 
 
 def test_two_ds_buffers_and_three_slots_pass_shared_memory_at_d64():
@@ -216,18 +258,9 @@ def test_the_lagged_dq_against_float64(shape, causal, persistent):
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    "d, options, message",
-    [(128, {"block_m": 128}, "block_m must be one of .* got 128 at d = 128"),
-     (64, {"block_m": 32}, "block_m must be one of .* got 32 at d = 64"),
-     (64, {"block_m": 96}, "block_m must be one of .* got 96 at d = 64"),
-     (128, {"dq_split": False, "dq_lag": True}, "dq_lag needs .* got dq_split=False"),
-     (128, {"num_slots": 3, "dq_split": False},
-      "num_slots=3, dq_split=False, dq_tma=True, .* at d = 128 need .* more than the 232448")],
-)  # fmt: skip
-def test_a_launch_it_cannot_take_is_refused_by_name(d, options, message):
-    """A step size it has no layout for, a lagged dQ without a shared dS^T, buffers past the
-    H200's shared memory: a ValueError naming the argument, before any launch."""
+@pytest.mark.parametrize("d, options, message", REFUSED)
+def test_the_launch_refuses_before_running(d, options, message):
+    """The same refusals from flash_attention_bwd_ws on real tensors, before any launch."""
     q, k, v, do = make_inputs(make_generator("bws-refuse", d, sorted(options.items())), 1, 2,
                               256, 256, d, torch.bfloat16, device="cuda")  # fmt: skip
     out, lse = ws.flash_attention_fwd_ws(q, k, v, False)

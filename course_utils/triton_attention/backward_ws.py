@@ -24,9 +24,10 @@ warpgroups share their dS^T halves (an mbarrier between them) and each computes 
 all 128 keys: half its columns at d = 128 (32 accumulator registers a thread instead of 64, half
 the adds), half its rows with 128-query steps at d = 64. Otherwise each warpgroup adds its own
 keys' part of dQ_i and never waits for the other (with the mask, at d = 128, that was faster).
-With dq_lag the shared dS^T has two buffers and each step computes the previous step's dQ, so
-the warpgroups need not meet inside a step (built and tested on the CPU for sm_90; not yet run on
-a GPU, so off by default).
+With dq_lag (the default at d = 64, and at d = 128 with the mask) the shared dS^T has two
+buffers and each step computes the previous step's dQ (FlashAttention-3's two dS stages): the
+other warpgroup has had a whole step to write its half, so the two need not meet inside a step
+and their exponential phases drift apart, leaving the tensor cores less idle.
 dQ_i leaves as FlashAttention-3 sends it: written to shared memory in fp32 and added
 into HBM by one TMA bulk reduce-add (`cp.reduce.async.bulk.tensor ... add`), not by the threads'
 atomics; Triton 3.6 has the operation but no Gluon name for it, so `_tma_reduce_add` emits it.
@@ -40,14 +41,15 @@ per key tile (by the TMA, in L2; twice without dq_split), then scaled and cast o
 takes: `forward_ws.supported` (Hopper, float16 or bfloat16, d 64 or 128, contiguous, lengths
 multiples of 128).
 
-Measured on the H200 (benchmarks/RESULTS.md, "Gluon backward" runs 1 to 8, each variant against the
+Measured on the H200 (benchmarks/RESULTS.md, "Gluon backward" runs 1 to 9, each variant against the
 others, the course backward and SDPA's in one run): the TMA reduce-add made it 1.12 to 1.36 times
 faster than with the threads' atomics; lse and D through the TMA 1.04 to 1.23 times; 128-query
-steps at d = 64 1.01 to 1.07 times. It passes the course backward from 2k keys and at d = 128
-without the mask at 1k (up to 1.32 times; 0.81 to 0.98 of cuDNN), where the autograd function runs
-it (`preferred`). Lost and taken out or left off: issuing each step's S^T and dP^T during the
-step before (spills at d = 128: 0.57 to 0.71 times as fast), persistent programs (level or
-behind). `python -m benchmarks.backward_ws` times it.
+steps at d = 64 1.01 to 1.07 times; the lagged dQ 1.00 to 1.17 times where it is the default.
+From 4k keys it runs at 0.90 to 1.00 of cuDNN and 1.03 to 1.32 times the course backward; at 1k
+keys it passes the course's only at d = 128 without the mask (1.16 times). The autograd function
+runs it where it was the faster (`preferred`). Lost and taken out or left off: issuing each
+step's S^T and dP^T during the step before (spills at d = 128: 0.57 to 0.71 times as fast),
+persistent programs (level or behind). `python -m benchmarks.backward_ws` times it.
 """
 
 from __future__ import annotations
@@ -667,7 +669,7 @@ def flash_attention_bwd_ws(
     persistent: bool = PERSISTENT_DEFAULT,
     stats_tma: bool = STATS_TMA_DEFAULT,
     block_m: int | None = None,
-    dq_lag: bool = False,
+    dq_lag: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) as `backward.flash_attention_bwd`, by the warp-specialized kernel
     (Hopper only; ValueError naming what `forward_ws.supported` refuses).
@@ -684,44 +686,21 @@ def flash_attention_bwd_ws(
     per step, 64 or (at d = 64 only) 128, where the warpgroups share dS^T and each computes 64
     rows of dQ_i (default `block_m_default(d)`); dq_lag: where the warpgroups share dS^T, two
     dS^T buffers and each step's dQ product one step late, so that they do not wait for each
-    other inside a step (needs dq_tma; not measured yet, so off by default).
-    Extra memory: an fp32 dQ of q's shape. A combination whose buffers pass the H200's shared
-    memory is refused (`shared_bytes`).
+    other inside a step (needs dq_tma; default `dq_lag_default(d, causal)`). Defaults and
+    refusals: `launch_options`. Extra memory: an fp32 dQ of q's shape.
     """
     _check_backward_inputs(do, q, k, v, out, lse, causal)
     reason = supported(q, k, v, causal)
     if reason is not None:
         raise ValueError(f"flash_attention_bwd_ws: {reason}")
     batch, heads, n_q, d = q.shape
-    num_slots = num_slots_default(d, causal) if num_slots is None else num_slots
-    if isinstance(num_slots, bool) or not isinstance(num_slots, int) or not 1 <= num_slots <= 3:
-        raise ValueError(f"num_slots must be an int from 1 to 3, got {num_slots!r}")
     for name, t in (("do", do), ("out", out), ("lse", lse)):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
     n_k = k.shape[2]
-    block_m = block_m_default(d) if block_m is None else block_m
-    if block_m not in BLOCK_MS or (block_m == 128 and d != 64):
-        raise ValueError(
-            f"block_m must be one of {BLOCK_MS} (128 only at d = 64: at d = 128 the step's "
-            f"accumulators pass a thread's 240 registers), got {block_m!r} at d = {d}"
-        )
-    dq_split = dq_split_default(d, causal) if dq_split is None else bool(dq_split)
-    # At d = 64 and 64 rows a half would be 32 columns, below a wgmma tile; at 128 rows the
-    # warpgroups always split dQ_i's rows (each one's own keys' part would take 64 registers).
-    dq_split = (dq_split and d == 128) or block_m == 128
-    if dq_lag and not (dq_split and dq_tma):
-        raise ValueError(
-            "dq_lag needs the warpgroups to share dS^T (dq_split at d = 128, or block_m=128) "
-            f"and dq_tma, got dq_split={dq_split}, dq_tma={dq_tma} at d = {d}"
-        )
-    need = shared_bytes(d, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag)
-    if need > SHARED_LIMIT:
-        raise ValueError(
-            f"num_slots={num_slots}, dq_split={dq_split}, dq_tma={dq_tma}, "
-            f"stats_tma={stats_tma}, block_m={block_m}, dq_lag={dq_lag} at d = {d} need "
-            f"{need} bytes of shared memory, more than the {SHARED_LIMIT} a program can have"
-        )
+    opts = launch_options(d, causal, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag)
+    num_slots, dq_split, block_m = opts["num_slots"], opts["dq_split"], opts["block_m"]
+    dq_tma, stats_tma, dq_lag = opts["dq_tma"], opts["stats_tma"], opts["dq_lag"]
     scale = float(softmax_scale_or_default(softmax_scale, d))
     bh = batch * heads
     if q.numel() == 0:  # no query: out does not depend on q, k, v (as the course backward)
@@ -748,10 +727,55 @@ def flash_attention_bwd_ws(
         _descriptor(q, block_m), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
         _descriptor(do, block_m), dq_dst, dk, dv, lse_src, delta_src, n_q, n_k, bh,
         scale * LOG2E, scale, CAUSAL=causal, NUM_SLOTS=num_slots, DQ_SPLIT=dq_split,
-        DQ_TMA=bool(dq_tma), STATS_TMA=bool(stats_tma), DQ_LAG=bool(dq_lag), num_warps=4,
+        DQ_TMA=dq_tma, STATS_TMA=stats_tma, DQ_LAG=dq_lag, num_warps=4,
         maxnreg=MAXNREG,
     )  # fmt: skip
     return (dq32 * scale).to(q.dtype), dk, dv
+
+
+def launch_options(
+    d: int, causal: bool, num_slots: int | None = None, dq_split: bool | None = None,
+    dq_tma: bool = DQ_TMA_DEFAULT, stats_tma: bool = STATS_TMA_DEFAULT,
+    block_m: int | None = None, dq_lag: bool | None = None,
+) -> dict:  # fmt: skip
+    """The kernel's constexpr options at head dimension d, as a launch and `compile_for_sm90`
+    take them: each None replaced by its measured default (`block_m_default`, `dq_lag_default`,
+    `dq_split_default`, `num_slots_default`), dq_split as the kernel reads it (True where the
+    warpgroups share dS^T), and a ValueError naming the argument for a combination the kernel
+    cannot take or whose buffers pass the H200's shared memory (`shared_bytes`)."""
+    block_m = block_m_default(d) if block_m is None else block_m
+    if block_m not in BLOCK_MS or (block_m == 128 and d != 64):
+        raise ValueError(
+            f"block_m must be one of {BLOCK_MS} (128 only at d = 64: at d = 128 the step's "
+            f"accumulators pass a thread's 240 registers), got {block_m!r} at d = {d}"
+        )
+    # At d = 64 and 64 rows a half would be 32 columns, below a wgmma tile; at 128 rows the
+    # warpgroups always split dQ_i's rows (each one's own keys' part would take 64 registers).
+    can_share = block_m == 128 or (d == 128 and dq_split is not False)
+    if dq_lag is None:
+        dq_lag = dq_lag_default(d, causal) and can_share and bool(dq_tma)
+    dq_lag = bool(dq_lag)
+    dq_split = dq_split_default(d, causal, dq_lag) if dq_split is None else bool(dq_split)
+    dq_split = (dq_split and d == 128) or block_m == 128
+    if dq_lag and not (dq_split and dq_tma):
+        raise ValueError(
+            "dq_lag needs the warpgroups to share dS^T (dq_split at d = 128, or block_m=128) "
+            f"and dq_tma, got dq_split={dq_split}, dq_tma={dq_tma} at d = {d}"
+        )
+    num_slots = num_slots_default(d, causal, dq_lag) if num_slots is None else num_slots
+    if isinstance(num_slots, bool) or not isinstance(num_slots, int) or not 1 <= num_slots <= 3:
+        raise ValueError(f"num_slots must be an int from 1 to 3, got {num_slots!r}")
+    need = shared_bytes(d, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag)
+    if need > SHARED_LIMIT:
+        raise ValueError(
+            f"num_slots={num_slots}, dq_split={dq_split}, dq_tma={dq_tma}, "
+            f"stats_tma={stats_tma}, block_m={block_m}, dq_lag={dq_lag} at d = {d} need "
+            f"{need} bytes of shared memory, more than the {SHARED_LIMIT} a program can have"
+        )
+    return {
+        "num_slots": num_slots, "dq_split": dq_split, "dq_tma": bool(dq_tma),
+        "stats_tma": bool(stats_tma), "block_m": block_m, "dq_lag": dq_lag,
+    }  # fmt: skip
 
 
 def block_m_default(d: int) -> int:
@@ -760,25 +784,35 @@ def block_m_default(d: int) -> int:
     return 128 if d == 64 else BLOCK_M
 
 
-def num_slots_default(d: int, causal: bool) -> int:
-    """The Q/dO ring's depth: 3 at d = 64 without the mask (1.00 to 1.03 times as fast as 2 in
-    Gluon backward runs 7 and 8), else 2 (with the mask 3 lost 1 to 6 %)."""
-    return 3 if d == 64 and not causal else NUM_SLOTS
+def dq_lag_default(d: int, causal: bool) -> bool:
+    """Whether each step's dQ comes one step late from two dS^T buffers: at d = 64, and at
+    d = 128 with the mask (Gluon backward run 9, benchmarks/RESULTS.md: 1.00 to 1.11 times the
+    best unlagged variant at d = 64, 1.06 to 1.17 times at d = 128 with the mask). At d = 128
+    without the mask it lost (0.96 to 0.98 times the shared dS^T without the lag)."""
+    return d == 64 or causal
 
 
-def dq_split_default(d: int, causal: bool) -> bool:
+def num_slots_default(d: int, causal: bool, dq_lag: bool = False) -> int:
+    """The Q/dO ring's depth: 3 at d = 64 without the mask and without the lag (1.00 to 1.03
+    times as fast as 2 in Gluon backward runs 7 and 8), else 2 (with the mask 3 lost 1 to 6 %;
+    with the lag's second dS^T buffer 3 slots pass shared memory at d = 64)."""
+    return 3 if d == 64 and not causal and not dq_lag else NUM_SLOTS
+
+
+def dq_split_default(d: int, causal: bool, dq_lag: bool = False) -> bool:
     """Whether the warpgroups share dS^T at d = 128: without the mask (half the dQ reduce-adds:
-    1.06 to 1.09 times as fast in runs 7 and 8); with it each adds its own keys' part (1.11 to
-    1.15 times as fast: no wait for each other every step)."""
-    return d == 128 and not causal
+    1.06 to 1.09 times as fast in runs 7 and 8), and with the lag, which needs it. With the mask
+    and without the lag each adds its own keys' part (1.11 to 1.15 times as fast as sharing
+    without the lag: no wait for each other every step)."""
+    return d == 128 and (dq_lag or not causal)
 
 
 def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """Whether the autograd function should run this kernel rather than the course backward: it
     takes the shape, and it was the faster of the two on the H200 there (benchmarks/RESULTS.md,
-    Gluon backward run 7): from 2k keys (1.01 to 1.32 times the course backward), and at 1k keys
-    at d = 128 without the mask (1.14 times). At 1k keys otherwise the course's three kernels
-    were faster (by 1.10 to 1.18 times): short causal key tiles, and d = 64."""
+    Gluon backward run 9): from 2k keys (at 4k and 16k 1.03 to 1.32 times the course backward),
+    and at 1k keys at d = 128 without the mask (1.16 times). At 1k keys otherwise the course's
+    three kernels were faster (by 1.03 to 1.22 times): short causal key tiles, and d = 64."""
     if supported(q, k, v, causal) is not None:
         return False
     return k.shape[2] >= 2048 or (q.shape[3] == 128 and not causal)
@@ -854,7 +888,7 @@ class FlashAttentionWS(torch.autograd.Function):
 def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = torch.bfloat16,
                      num_slots: int | None = None, dq_split: bool | None = None,
                      dq_tma: bool = DQ_TMA_DEFAULT, stats_tma: bool = STATS_TMA_DEFAULT,
-                     block_m: int | None = None, dq_lag: bool = False):  # fmt: skip
+                     block_m: int | None = None, dq_lag: bool | None = None):  # fmt: skip
     """Compile the kernel for sm_90 here, without a GPU (`targets.compile_for`): proof on a CPU
     machine that it builds for Hopper, with its shared memory, registers and PTX. The lengths
     count as multiples of 16, as a launch with N a multiple of 128 specializes them."""
@@ -864,9 +898,8 @@ def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = to
 
     if d not in HEAD_DIMS or dtype not in _GL_DTYPES:
         raise ValueError(f"d must be one of {HEAD_DIMS} and dtype float16 or bfloat16")
-    block_m = block_m_default(d) if block_m is None else block_m
-    dq_split = dq_split_default(d, causal) if dq_split is None else dq_split
-    num_slots = num_slots_default(d, causal) if num_slots is None else num_slots
+    opts = launch_options(d, causal, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag)
+    block_m, dq_tma, stats_tma = opts["block_m"], opts["dq_tma"], opts["stats_tma"]
     signature = descriptor_signature(
         d, dtype, {"q_desc": block_m, "k_desc": BLOCK_N, "v_desc": BLOCK_N, "do_desc": block_m}
     )
@@ -889,9 +922,8 @@ def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = to
     return compile_for(
         _attn_bwd_ws_kernel, signature,
         {
-            "CAUSAL": causal, "NUM_SLOTS": num_slots,
-            "DQ_SPLIT": (dq_split and d == 128) or block_m == 128,
-            "DQ_TMA": bool(dq_tma), "STATS_TMA": bool(stats_tma), "DQ_LAG": bool(dq_lag),
+            "CAUSAL": causal, "NUM_SLOTS": opts["num_slots"], "DQ_SPLIT": opts["dq_split"],
+            "DQ_TMA": dq_tma, "STATS_TMA": stats_tma, "DQ_LAG": opts["dq_lag"],
         },
         target=(9, 0), num_warps=4, maxnreg=MAXNREG, divisible=tuple(divisible),
     )  # fmt: skip
