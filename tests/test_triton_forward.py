@@ -293,6 +293,28 @@ def test_gpu_autotuned_path_for_each_dtype():
         check_against_reference(q, k, v, True, GPU_TOL[dtype])
 
 
+def test_descriptors_only_where_the_strides_allow_them():
+    """`_tma_possible` (which picks descriptors on Hopper): (batch, heads) must fold into one
+    dimension, and data pointers and the strides of heads and rows must be 16-byte aligned."""
+    from course_utils.triton_attention.forward import _tma_possible
+
+    base = torch.zeros(2, 3, 40, 64, dtype=torch.bfloat16)
+    assert _tma_possible(base, base, base, base)
+    one_batch = torch.zeros(1, 3, 40, 64, dtype=torch.bfloat16)
+    assert _tma_possible(one_batch, one_batch, one_batch, one_batch)
+    heads_first = torch.zeros(3, 2, 40, 64, dtype=torch.bfloat16).transpose(0, 1)  # no fold
+    assert not _tma_possible(base, heads_first, base, base)
+    assert _tma_possible(heads_first[:1], one_batch, one_batch, one_batch)  # one batch folds
+    shifted = torch.zeros(2 * 3 * 40 * 64 + 1, dtype=torch.bfloat16)[1:].view(2, 3, 40, 64)
+    assert not _tma_possible(base, base, shifted, base)  # data pointer 2 bytes off
+    rows = torch.zeros(2, 3, 40, 68, dtype=torch.bfloat16)[..., :60]  # rows of 136 bytes
+    narrow = torch.zeros(2, 3, 40, 60, dtype=torch.bfloat16)  # the same in a contiguous tensor
+    assert not _tma_possible(rows, rows, rows, rows)
+    assert not _tma_possible(narrow, narrow, narrow, narrow)
+    wide = torch.zeros(2, 3, 40, 72, dtype=torch.bfloat16)[..., :64]  # rows of 144 bytes
+    assert _tma_possible(wide, wide, wide, wide)
+
+
 @pytest.mark.gpu
 @requires_gpu
 def test_gpu_descriptors_from_a_fresh_thread_and_from_backward():

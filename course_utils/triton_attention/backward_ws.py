@@ -79,6 +79,7 @@ from .forward_ws import (
     _position,
     _tma_load,
     descriptor_signature,
+    shared_layout,
     supported,
 )
 
@@ -730,7 +731,9 @@ def flash_attention_bwd_ws(
         DQ_TMA=dq_tma, STATS_TMA=stats_tma, DQ_LAG=dq_lag, num_warps=4,
         maxnreg=MAXNREG,
     )  # fmt: skip
-    return (dq32 * scale).to(q.dtype), dk, dv
+    dq = torch.empty_like(q)
+    torch.mul(dq32, scale, out=dq)  # scaled in fp32, cast as stored: one elementwise kernel
+    return dq, dk, dv
 
 
 def launch_options(
@@ -821,22 +824,17 @@ def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
 DQ_COLS = 64  # columns of dQ_i in one product and one reduce-add
 
 
-def _dq_layout():
-    return gl.NVMMASharedLayout.get_default_for([DQ_ROWS, DQ_COLS], gl.float32)
-
-
 def _dq_descriptor(dq32: torch.Tensor) -> TensorDescriptor:
     """A 2-D (B*H*N_Q, d) descriptor over the fp32 dQ, tiles of (64, 64): the reduce-adds'."""
     flat = dq32.view(-1, dq32.shape[-1])
-    return TensorDescriptor(
-        flat, list(flat.shape), list(flat.stride()), [DQ_ROWS, DQ_COLS], _dq_layout()
-    )
+    layout = shared_layout((DQ_ROWS, DQ_COLS), gl.float32)
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [DQ_ROWS, DQ_COLS], layout)
 
 
 def _stats_descriptor(t: torch.Tensor, block_m: int = BLOCK_M) -> TensorDescriptor:
     """A 1-D (B*H*N_Q,) descriptor over the fp32 lse or D, tiles of block_m: the loader's."""
     flat = t.view(-1)
-    layout = gl.NVMMASharedLayout.get_default_for([block_m], gl.float32)
+    layout = shared_layout((block_m,), gl.float32)
     return TensorDescriptor(flat, [flat.numel()], [1], [block_m], layout)
 
 

@@ -349,12 +349,14 @@ def _bind_cuda_context(device: torch.device) -> None:
 def _tma_possible(q, k, v, out) -> bool:
     """Host-made descriptors over (B*H, N, d) need (batch, heads) to fold into one dimension and
     16-byte aligned data pointers and strides."""
-    return all(
-        (t.shape[0] == 1 or t.stride(0) == t.shape[1] * t.stride(1))
-        and t.data_ptr() % 16 == 0
-        and all((s * t.element_size()) % 16 == 0 for s in t.stride()[1:3])
-        for t in (q, k, v, out)
-    )
+    for t in (q, k, v, out):  # on every launch: one stride() call a tensor
+        s0, s1, s2, _ = t.stride()
+        size = t.element_size()
+        if (t.shape[0] != 1 and s0 != t.shape[1] * s1) or t.data_ptr() % 16:
+            return False
+        if (s1 * size) % 16 or (s2 * size) % 16:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -506,10 +508,7 @@ def launch_flash_attention_fwd(
 
     args = (
         q_arg, k_arg, v_arg, out_arg, lse,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out_buf.stride(0), out_buf.stride(1), out_buf.stride(2),
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out_buf.stride()[:3],
         heads, n_q, n_k, scale * LOG2E,
     )  # fmt: skip
     constants = {

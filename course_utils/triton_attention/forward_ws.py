@@ -390,11 +390,19 @@ def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
     return not (causal and q.shape[3] == 64 and k.shape[2] <= 1024)
 
 
+@functools.cache
+def shared_layout(block: tuple[int, ...], dtype) -> gl.NVMMASharedLayout:
+    """The TMA's shared-memory layout for tiles of shape `block` and Gluon dtype `dtype`, built
+    once per tile shape: each launch needs one per descriptor, and building one is several
+    microseconds of Python (benchmarks/RESULTS.md, "Host cost per call at 1k keys")."""
+    return gl.NVMMASharedLayout.get_default_for(list(block), dtype)
+
+
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     """A 2-D (B*H*N, d) descriptor over a contiguous (B, H, N, d) tensor, tiles of (rows, d)."""
     d = t.shape[-1]
-    layout = gl.NVMMASharedLayout.get_default_for([rows, d], _GL_DTYPES[t.dtype])
     flat = t.view(-1, d)
+    layout = shared_layout((rows, d), _GL_DTYPES[t.dtype])
     return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, d], layout)
 
 
@@ -501,7 +509,7 @@ def descriptor_signature(d: int, dtype: torch.dtype, rows: dict[str, int]) -> di
         name: mangle_type(
             TensorDescriptor(
                 fake, list(fake.shape), list(fake.stride()), [r, d],
-                gl.NVMMASharedLayout.get_default_for([r, d], _GL_DTYPES[dtype]),
+                shared_layout((r, d), _GL_DTYPES[dtype]),
             )
         )
         for name, r in rows.items()
