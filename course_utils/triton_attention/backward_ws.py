@@ -677,9 +677,10 @@ def flash_attention_bwd_ws(
 
     Args and shapes as flash_attention_bwd; num_slots: the Q/dO ring's depth (1 to 3);
     dq_split: at d = 128 the two warpgroups share their dS^T and each computes half of dQ_i's
-    columns (half the adds, a wait for each other every step), else each adds its own keys'
-    part of all columns (default `dq_split_default(d, causal)`); dq_tma: each part of dQ_i is
-    added by one TMA reduce-add from shared memory (True) or by the threads' atomic adds (False);
+    columns (half the adds; without dq_lag a wait for each other every step), else each adds
+    its own keys' part of all columns (default `dq_split_default(d, causal, dq_lag)`); dq_tma:
+    each part of dQ_i is added by one TMA reduce-add from shared memory (True) or by the
+    threads' atomic adds (False);
     persistent: one program per SM takes the key tiles in turn, so one tile's dK and dV are
     written while the next one's K and V arrive (False: one program per key tile); stats_tma:
     the loader brings each query tile's lse and D into shared memory with Q_i and dO_i (True),
