@@ -82,6 +82,7 @@ def test_the_default_launch_builds_within_shared_memory(d, causal):
 @pytest.mark.parametrize(
     "d, causal, given, expected",
     [(128, True, {"dq_split": False}, {"dq_split": False, "dq_lag": False}),
+     (128, True, {"dq_split": 0}, {"dq_split": False, "dq_lag": False}),
      (128, True, {"dq_lag": False}, {"dq_split": False, "num_slots": 2}),
      (64, False, {"dq_lag": False}, {"dq_split": True, "num_slots": 3}),
      (64, False, {"block_m": 64}, {"dq_split": False, "dq_lag": False, "num_slots": 3}),

@@ -72,8 +72,7 @@ def test_refuses_a_causal_flag_that_is_not_a_bool():
 def test_refuses_other_shapes_with_the_reason(change, reason):
     q, k, v = (t.cuda() for t in _cpu_qkv(**change))
     assert reason in ws.supported(q, k, v, False)
-    # on a CPU machine the kernel refuses them; on a GPU machine the teaching kernel's checks do
-    with pytest.raises(ValueError, match=f"{reason}|must be CUDA tensors"):
+    with pytest.raises(ValueError, match=reason):
         ws.flash_attention_fwd_ws(q, k, v)
 
 

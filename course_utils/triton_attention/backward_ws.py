@@ -755,7 +755,7 @@ def launch_options(
         )
     # At d = 64 and 64 rows a half would be 32 columns, below a wgmma tile; at 128 rows the
     # warpgroups always split dQ_i's rows (each one's own keys' part would take 64 registers).
-    can_share = block_m == 128 or (d == 128 and dq_split is not False)
+    can_share = block_m == 128 or (d == 128 and (dq_split is None or bool(dq_split)))
     if dq_lag is None:
         dq_lag = dq_lag_default(d, causal) and can_share and bool(dq_tma)
     dq_lag = bool(dq_lag)
