@@ -81,25 +81,16 @@ def table(points) -> str:
 
 
 def _variant_order(name: str):
-    gluon = [f"s{n}{pp}{ch}" for ch in ("", "-ch") for n in (2, 3, 4) for pp in ("", "-pp")]
-    order = ["course", *gluon, *SDPA_BACKENDS]
+    order = ["course", "s2", "s2-pp", "s3", "s3-pp", "s4", "s4-pp", *SDPA_BACKENDS]
     return order.index(name) if name in order else len(order)
 
 
 def variants(d: int) -> list[tuple[str, dict]]:
-    """(name, options) of the Gluon kernel: `sN` an N-slot K/V ring, `-pp` with ping-pong turns,
-    `-ch` with chained tiles (each tile's last P V issued with the next tile's first S); the two
-    deepest rings that fit at this d, and the deepest that leaves room for chaining. Persistent
-    or not as `launch_policy` says."""
-    from course_utils.triton_attention.forward_ws import max_chained_slots
-
-    shapes = [(depth, False) for depth in ring_depths(d)[-2:]] + [(max_chained_slots(d), True)]
+    """(name, options) of the Gluon kernel: `sN` an N-slot K/V ring, `-pp` with ping-pong turns;
+    the two deepest rings that fit at this d. Persistent or not as `launch_policy` says."""
     return [
-        (
-            f"s{depth}" + ("-pp" if pingpong else "") + ("-ch" if chained else ""),
-            {"num_slots": depth, "pingpong": pingpong, "chained": chained},
-        )
-        for depth, chained in shapes
+        (f"s{depth}" + ("-pp" if pingpong else ""), {"num_slots": depth, "pingpong": pingpong})
+        for depth in ring_depths(d)[-2:]
         for pingpong in (False, True)
     ]
 
@@ -191,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         "Warp-specialized Gluon forward (issue 19)",
         "TFLOP/s from the median of {timings} timings per variant (the order rotating between "
         "rounds); `sN`: the Gluon kernel with an N-slot K/V ring, `-pp` with ping-pong turns, "
-        "`-ch` with chained tiles, persistent or not as `launch_policy` says",
+        "persistent or not as `launch_policy` says",
     )  # fmt: skip
 
 

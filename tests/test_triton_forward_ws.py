@@ -21,12 +21,11 @@ H200_SHARED = 232448  # bytes of shared memory a block may opt into on sm_90
 
 @pytest.mark.parametrize("d", ws.HEAD_DIMS)
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("chained", [False, True])
-def test_builds_for_sm90(d, causal, chained):
-    compiled = ws.compile_for_sm90(d, causal, chained=chained)
+def test_builds_for_sm90(d, causal):
+    compiled = ws.compile_for_sm90(d, causal)
     ptx = compiled.ptx
     assert compiled.shared_bytes <= H200_SHARED, compiled.shared_bytes
-    counted = ws.shared_bytes(d, ws.NUM_BUF[d], True, q_sets=2 if chained else 1)
+    counted = ws.shared_bytes(d, ws.NUM_BUF[d], True)  # the policy's rings keep out's own buffers
     assert compiled.shared_bytes <= counted <= compiled.shared_bytes + 1024, counted
     assert compiled.spill_bytes == 0, f"{compiled.spill_bytes} bytes of register spills"
     assert compiled.n_regs <= ws.MAXNREG
@@ -53,16 +52,6 @@ def test_refuses_cpu_tensors_with_the_reason(change, reason):
     # on a CPU machine the kernel refuses them; on a GPU machine the teaching kernel's checks do
     with pytest.raises(ValueError, match=f"{reason}|must be CUDA tensors"):
         ws.flash_attention_fwd_ws(q, k, v)
-
-
-def test_chained_tiles_leave_room_for_their_buffers():
-    """Chained tiles need a second set of Q slots beside out's own buffers: with the policy's
-    rings (4 slots at d = 64, 2 at d = 128) they fit, one slot more does not."""
-    for d in ws.HEAD_DIMS:
-        assert ws.max_chained_slots(d) == ws.NUM_BUF[d]
-        assert ws.own_out_buffer(d, ws.NUM_BUF[d], q_sets=2)
-    assert not ws.own_out_buffer(128, 3, q_sets=2)
-    assert ws.own_out_buffer(128, 3, q_sets=1) is False  # 3 slots at d = 128: out via the Q slots
 
 
 def test_refuses_a_causal_flag_that_is_not_a_bool():
@@ -144,44 +133,6 @@ def test_pingpong_turns(shape, causal, persistent):
 
 @requires_hopper
 @pytest.mark.gpu
-@pytest.mark.parametrize("pingpong", [False, True])
-@pytest.mark.parametrize("persistent", [True, False])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize(
-    "shape",
-    [(1, 1, 128, 128, 64), (1, 2, 256, 256, 64), (4, 16, 1024, 1024, 64), (1, 2, 384, 1024, 128),
-     (3, 20, 512, 512, 128), (2, 2, 1024, 1024, 128)],
-    ids=lambda s: "x".join(map(str, s)),
-)  # fmt: skip
-def test_chained_tiles(shape, causal, persistent, pingpong):
-    """Each tile's last P V issued with the next tile's first S, out stored meanwhile: same
-    results, every row of out and lse written (a wrong Q set or barrier phase reads another
-    tile's queries or deadlocks)."""
-    batch, heads, n_q, n_k, d = shape
-    if causal and n_q != n_k:
-        pytest.skip("causal needs N_Q == N_K")
-    dtype = torch.float16 if d == 128 and pingpong else torch.bfloat16
-    q, k, v = make_qkv(make_generator("ws-ch", shape, causal, pingpong), batch, heads, n_q, n_k,
-                       d, dtype, device="cuda")  # fmt: skip
-    out = torch.full_like(q, float("nan"))
-    lse = torch.full(q.shape[:3], float("nan"), dtype=torch.float32, device="cuda")
-    ws.flash_attention_fwd_ws(q, k, v, causal, out=out, lse=lse, persistent=persistent,
-                              pingpong=pingpong, chained=True)  # fmt: skip
-    ref_out, ref_lse = reference(q, k, v, causal)
-    assert rel_err(out, ref_out) < GPU_TOL[dtype], rel_err(out, ref_out)
-    assert rel_err(lse, ref_lse) < GPU_TOL[dtype], rel_err(lse, ref_lse)
-
-
-@requires_hopper
-@pytest.mark.gpu
-def test_chained_tiles_refuse_a_ring_without_room():
-    q, k, v = (t.cuda() for t in _cpu_qkv(d=128))
-    with pytest.raises(ValueError, match="chained needs two sets of Q slots.*at most 2 K/V slots"):
-        ws.flash_attention_fwd_ws(q, k, v, chained=True, num_slots=3)
-
-
-@requires_hopper
-@pytest.mark.gpu
 @pytest.mark.parametrize("num_slots", [1, 2, 3])
 def test_any_ring_depth_and_large_scores(num_slots):
     """Scores up to ~100 (scale 10): the online softmax must rescale, every ring depth."""
@@ -233,10 +184,10 @@ def test_autograd_runs_it_and_its_lse_serves_the_backward(causal, monkeypatch):
 def test_launch_policy_follows_the_measurements():
     """Run 6 of the Gluon forward: persistent but for causal past 4k keys, 4 slots at d = 64 and
     2 at d = 128, ping-pong at d = 128 up to 1k keys."""
-    assert ws.launch_policy(64, 1024, 1024, False)[:3] == (4, True, False)
-    assert ws.launch_policy(128, 1024, 1024, True)[:3] == (2, True, True)
-    assert ws.launch_policy(128, 16384, 16384, True)[:3] == (2, False, False)
-    assert ws.launch_policy(128, 16384, 16384, False)[:3] == (2, True, False)
+    assert ws.launch_policy(64, 1024, 1024, False) == (4, True, False)
+    assert ws.launch_policy(128, 1024, 1024, True) == (2, True, True)
+    assert ws.launch_policy(128, 16384, 16384, True) == (2, False, False)
+    assert ws.launch_policy(128, 16384, 16384, False) == (2, True, False)
     for d in ws.HEAD_DIMS:  # every policy fits in shared memory with out's own buffers
         policy = ws.launch_policy(d, 4096, 4096, False)
         assert ws.own_out_buffer(d, policy.num_slots)

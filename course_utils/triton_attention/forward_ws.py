@@ -106,11 +106,9 @@ def _tile_coords(t, n_m, seqlen_k, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: g
 @gluon.jit
 def _loader(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, bars, seqlen_q, seqlen_k, n_bh,
             CAUSAL: gl.constexpr):  # fmt: skip
-    """For each tile of this program: its two Q slices, then K and V tile by tile into the ring.
-    With two sets of Q slots (tiles chained), tile i's Q goes to set i % 2."""
+    """For each tile of this program: its two Q slices, then K and V tile by tile into the ring."""
     q_ready, q_free, k_ready, k_free, v_ready, v_free = bars
     NUM_SLOTS: gl.constexpr = k_bufs.type.shape[0]
-    Q_SETS: gl.constexpr = q_smem.type.shape[0] // 2
     BN: gl.constexpr = k_desc.block_type.shape[0]
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     n_m = seqlen_q // (2 * ROWS)
@@ -120,11 +118,10 @@ def _loader(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, bars, seqlen_q, seql
         start_m, bh, n_kv = _tile_coords(t, n_m, seqlen_k, 2 * ROWS, BN, CAUSAL)
         row_q = bh * seqlen_q + start_m * (2 * ROWS)
         for wg in gl.static_range(2):
-            qs = (tile_i % Q_SETS) * 2 + wg
             # A fresh mbarrier counts as having completed phase 1: the first lap does not wait.
-            mbarrier.wait(q_free.index(qs), ((tile_i // Q_SETS) & 1) ^ 1)
-            mbarrier.expect(q_ready.index(qs), q_desc.block_type.nbytes)
-            _tma_load(q_desc, [row_q + wg * ROWS, 0], q_ready.index(qs), q_smem.index(qs))
+            mbarrier.wait(q_free.index(wg), (tile_i & 1) ^ 1)
+            mbarrier.expect(q_ready.index(wg), q_desc.block_type.nbytes)
+            _tma_load(q_desc, [row_q + wg * ROWS, 0], q_ready.index(wg), q_smem.index(wg))
         for j in range(n_kv):
             slot = it % NUM_SLOTS
             phase = (it // NUM_SLOTS) & 1
@@ -172,125 +169,15 @@ def _softmax_step(s, m_i, l_i, j, first_masked, offs_m, qk_scale, BN: gl.constex
 
 
 @gluon.jit
-def _tile_rows(tile_i, wg: gl.constexpr, n_m, seqlen_k, ROWS: gl.constexpr, BN: gl.constexpr,
-               CAUSAL: gl.constexpr, row_layout: gl.constexpr):  # fmt: skip
-    """This warpgroup's rows of the program's tile_i-th tile: (head bh, key tiles n_kv, first
-    row within the head, the rows' offsets, the first key tile the causal mask cuts)."""
-    t = tile_i * gl.num_programs(0) + _position(tile_i)
-    start_m, bh, n_kv = _tile_coords(t, n_m, seqlen_k, 2 * ROWS, BN, CAUSAL)
-    first_row = start_m * (2 * ROWS) + wg * ROWS
-    offs_m = first_row + gl.arange(0, ROWS, layout=row_layout)
-    if CAUSAL:
-        first_masked = first_row // BN  # the first key tile with a key right of a row
-    else:
-        first_masked = n_kv  # none
-    return bh, n_kv, first_row, offs_m, first_masked
-
-
-@gluon.jit
-def _first_step(q, k_bufs, k_ready, k_free, turns, wg: gl.constexpr, it, g, first_masked, offs_m,
-                qk_scale, p_layout: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
-    """A tile's S_0 = Q K_0^T and its softmax, with no P V to overlap it with: (p in the
-    layout of the A operand of P V, m_i, l_i, alpha)."""
-    NUM_SLOTS: gl.constexpr = k_bufs.type.shape[0]
-    BN: gl.constexpr = k_bufs.type.shape[1]
-    ROWS: gl.constexpr = q.type.shape[0]
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16]
-    )
-    slot = it % NUM_SLOTS
-    mbarrier.wait(k_ready.index(slot), (it // NUM_SLOTS) & 1)
-    _take_turn(turns, wg, g, PINGPONG)
-    s_tok = warpgroup_mma(
-        q, k_bufs.index(slot).permute((1, 0)), gl.zeros([ROWS, BN], gl.float32, layout=s_layout),
-        use_acc=False, is_async=True,
-    )  # fmt: skip
-    _pass_turn(turns, wg, PINGPONG)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-    mbarrier.arrive(k_free.index(slot), count=1)
-    m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([ROWS], gl.float32, layout=gl.SliceLayout(1, s_layout))
-    p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, 0, first_masked, offs_m, qk_scale, BN)
-    return gl.convert_layout(p.to(q.dtype), p_layout), m_i, l_i, alpha
-
-
-@gluon.jit
-def _step(q, k_bufs, v_bufs, bars, turns, wg: gl.constexpr, g, k_it, v_it, p, acc, alpha, m_i,
-          l_i, j, first_masked, offs_m, qk_scale, PINGPONG: gl.constexpr):  # fmt: skip
-    """Issue S = Q K_{k_it}^T and O += P V_{v_it} together, wait for S only, and run its
-    softmax while P V is still on the tensor cores (FlashAttention-3's intra-warpgroup overlap).
-    Inside a tile q is that tile's; with tiles chained, the last P V of one tile goes with the
-    first S of the next (q the next tile's, m_i = -inf, l_i = 0, j = 0). Returns (acc, the new
-    p as P V's A operand, m_i, l_i, alpha)."""
-    q_ready, q_free, k_ready, k_free, v_ready, v_free = bars
-    NUM_SLOTS: gl.constexpr = k_bufs.type.shape[0]
-    BN: gl.constexpr = k_bufs.type.shape[1]
-    ROWS: gl.constexpr = q.type.shape[0]
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16]
-    )
-    o_row_layout: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
-    slot = k_it % NUM_SLOTS
-    prev = v_it % NUM_SLOTS
-    mbarrier.wait(k_ready.index(slot), (k_it // NUM_SLOTS) & 1)
-    mbarrier.wait(v_ready.index(prev), (v_it // NUM_SLOTS) & 1)
-    acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
-    _take_turn(turns, wg, g, PINGPONG)
-    s_tok = warpgroup_mma(
-        q, k_bufs.index(slot).permute((1, 0)), gl.zeros([ROWS, BN], gl.float32, layout=s_layout),
-        use_acc=False, is_async=True,
-    )  # fmt: skip
-    acc_tok = warpgroup_mma(p, v_bufs.index(prev), acc, is_async=True)
-    _pass_turn(turns, wg, PINGPONG)
-    s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-    mbarrier.arrive(k_free.index(slot), count=1)
-    # The exponentials of this S run while P V is still on the tensor cores.
-    p_next, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, j, first_masked, offs_m, qk_scale, BN)
-    acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p))
-    mbarrier.arrive(v_free.index(prev), count=1)
-    return acc, gl.convert_layout(p_next.to(q.dtype), p.type.layout), m_i, l_i, alpha
-
-
-@gluon.jit
-def _last_pv(v_bufs, v_ready, v_free, turns, wg: gl.constexpr, g, v_it, p, acc, alpha,
-             PINGPONG: gl.constexpr):  # fmt: skip
-    """A tile's last O += P V, alone on the tensor cores."""
-    NUM_SLOTS: gl.constexpr = v_bufs.type.shape[0]
-    slot = v_it % NUM_SLOTS
-    mbarrier.wait(v_ready.index(slot), (v_it // NUM_SLOTS) & 1)
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc.type.layout))[:, None]
-    _take_turn(turns, wg, g, PINGPONG)
-    acc_tok = warpgroup_mma(p, v_bufs.index(slot), acc, is_async=True)
-    _pass_turn(turns, wg, PINGPONG)
-    acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p))
-    mbarrier.arrive(v_free.index(slot), count=1)
-    return acc
-
-
-@gluon.jit
-def _store_rows(acc, m_i, l_i, o_buf, o_desc, lse_ptr, row, offs_lse):
-    """Normalize once; lse in natural-log units; out through shared memory and the TMA."""
-    out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, acc.type.layout))[:, None]
-    lse = (m_i + gl.log2(l_i)) * (1.0 / 1.4426950408889634)
-    gl.store(lse_ptr + offs_lse, lse)  # write ROWS
-    tma.store_wait(0)  # the previous tile's out has left o_buf
-    o_buf.store(out.to(o_buf.dtype))
-    fence_async_shared()  # order the shared-memory writes before the TMA reads them
-    _tma_store(o_desc, [row, 0], o_buf)  # write ROWS*d
-
-
-@gluon.jit
 def _softmax_warpgroup(
     wg: gl.constexpr, q_smem, o_smem, k_bufs, v_bufs, bars, turns, o_desc, lse_ptr, seqlen_q,
     seqlen_k, n_bh, qk_scale, CAUSAL: gl.constexpr, O_VIA_Q: gl.constexpr,
     PINGPONG: gl.constexpr,
 ):  # fmt: skip
     """Rows wg*64 .. wg*64+63 of each of this program's tiles: S = Q K^T, online softmax,
-    O += P V; then those rows of out and lse. With two sets of Q slots the tiles are chained:
-    a tile's last P V is issued with the next tile's first S, and out is stored meanwhile."""
+    O += P V; then those rows of out and lse."""
     q_ready, q_free, k_ready, k_free, v_ready, v_free = bars
-    Q_SETS: gl.constexpr = q_smem.type.shape[0] // 2
-    CHAINED: gl.constexpr = Q_SETS == 2
+    NUM_SLOTS: gl.constexpr = k_bufs.type.shape[0]
     ROWS: gl.constexpr = q_smem.type.shape[1]
     HEAD_DIM: gl.constexpr = q_smem.type.shape[2]
     BN: gl.constexpr = k_bufs.type.shape[1]
@@ -302,74 +189,94 @@ def _softmax_warpgroup(
     )
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    o_row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    dtype: gl.constexpr = q_smem.dtype
+    s_zero = gl.zeros([ROWS, BN], gl.float32, layout=s_layout)
+    q = q_smem.index(wg)
     if O_VIA_Q:  # no room for an output buffer: out leaves through this Q slot
-        o_buf = q_smem.index(wg)
+        o_buf = q
     else:
         o_buf = o_smem.index(wg)
 
     n_m = seqlen_q // (2 * ROWS)
-    n_mine = _num_rounds(n_m * n_bh)  # at least 1: the grid has no more programs than tiles
     it = 0  # K/V tiles consumed so far, as the loader counts them
     g = 0  # rounds of matrix products issued so far (ping-pong turns)
-    _, _, _, offs_m0, first_masked0 = _tile_rows(0, wg, n_m, seqlen_k, ROWS, BN, CAUSAL, row_layout)
-    mbarrier.wait(q_ready.index(wg), 0)
-    p, m_i, l_i, alpha = _first_step(
-        q_smem.index(wg), k_bufs, k_ready, k_free, turns, wg, it, g, first_masked0, offs_m0,
-        qk_scale, p_layout, PINGPONG,
-    )  # fmt: skip
-    g += 1
-    for tile_i in range(n_mine):  # this program's tiles, in turn; the first S already done
-        bh, n_kv, first_row, offs_m, first_masked = _tile_rows(
-            tile_i, wg, n_m, seqlen_k, ROWS, BN, CAUSAL, row_layout
-        )
-        qs = (tile_i % Q_SETS) * 2 + wg
-        q = q_smem.index(qs)
-        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
-        for j in range(1, n_kv):
-            acc, p, m_i, l_i, alpha = _step(
-                q, k_bufs, v_bufs, bars, turns, wg, g, it + 1, it, p, acc, alpha, m_i, l_i, j,
-                first_masked, offs_m, qk_scale, PINGPONG,
-            )  # fmt: skip
-            it += 1
-            g += 1
-        if not O_VIA_Q:  # every S of this tile is done: the next Q may come in meanwhile
-            mbarrier.arrive(q_free.index(qs), count=1)
-        has_next = tile_i + 1 < n_mine
-        _, _, _, offs_m_n, first_masked_n = _tile_rows(
-            tile_i + 1, wg, n_m, seqlen_k, ROWS, BN, CAUSAL, row_layout
-        )
-        qs_n = ((tile_i + 1) % Q_SETS) * 2 + wg
-        m_last = m_i
-        l_last = l_i
-        if CHAINED:
-            if has_next:  # this tile's last P V with the next tile's first S
-                mbarrier.wait(q_ready.index(qs_n), ((tile_i + 1) // Q_SETS) & 1)
-                acc, p, m_i, l_i, alpha = _step(
-                    q_smem.index(qs_n), k_bufs, v_bufs, bars, turns, wg, g, it + 1, it, p, acc,
-                    alpha, gl.full_like(m_i, float("-inf")), gl.zeros_like(l_i), 0,
-                    first_masked_n, offs_m_n, qk_scale, PINGPONG,
-                )  # fmt: skip
-            else:
-                acc = _last_pv(v_bufs, v_ready, v_free, turns, wg, g, it, p, acc, alpha, PINGPONG)
+    for tile_i in range(_num_rounds(n_m * n_bh)):  # this program's tiles, in turn
+        t = tile_i * gl.num_programs(0) + _position(tile_i)
+        start_m, bh, n_kv = _tile_coords(t, n_m, seqlen_k, 2 * ROWS, BN, CAUSAL)
+        first_row = start_m * (2 * ROWS) + wg * ROWS  # of these rows, within the head
+        offs_m = first_row + gl.arange(0, ROWS, layout=row_layout)
+        if CAUSAL:
+            first_masked = first_row // BN  # the first key tile with a key right of a row
         else:
-            acc = _last_pv(v_bufs, v_ready, v_free, turns, wg, g, it, p, acc, alpha, PINGPONG)
-        it += 1
+            first_masked = n_kv  # none
+        m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=row_layout)
+        l_i = gl.zeros([ROWS], gl.float32, layout=row_layout)
+        acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+
+        mbarrier.wait(q_ready.index(wg), tile_i & 1)
+        # Key tile 0: S_0, then its softmax, with nothing to overlap yet.
+        slot = it % NUM_SLOTS
+        mbarrier.wait(k_ready.index(slot), (it // NUM_SLOTS) & 1)
+        _take_turn(turns, wg, g, PINGPONG)
+        s_tok = warpgroup_mma(
+            q, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True
+        )
+        _pass_turn(turns, wg, PINGPONG)
         g += 1
-        _store_rows(
-            acc, m_last, l_last, o_buf, o_desc, lse_ptr, bh * seqlen_q + first_row,
-            bh * seqlen_q + offs_m,
-        )  # fmt: skip
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+        mbarrier.arrive(k_free.index(slot), count=1)
+        p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, 0, first_masked, offs_m, qk_scale, BN)
+        p = gl.convert_layout(p.to(dtype), p_layout)
+        for j in range(1, n_kv):
+            prev = it % NUM_SLOTS
+            prev_phase = (it // NUM_SLOTS) & 1
+            it += 1
+            slot = it % NUM_SLOTS
+            # Issue S_j = Q K_j^T and O += P_{j-1} V_{j-1}; wait for S_j only.
+            mbarrier.wait(k_ready.index(slot), (it // NUM_SLOTS) & 1)
+            mbarrier.wait(v_ready.index(prev), prev_phase)
+            acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
+            _take_turn(turns, wg, g, PINGPONG)
+            s_tok = warpgroup_mma(
+                q, k_bufs.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True
+            )
+            acc_tok = warpgroup_mma(p, v_bufs.index(prev), acc, is_async=True)
+            _pass_turn(turns, wg, PINGPONG)
+            g += 1
+            s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+            mbarrier.arrive(k_free.index(slot), count=1)
+            # The exponentials of tile j run while P_{j-1} V_{j-1} is on the tensor cores.
+            p_next, m_i, l_i, alpha = _softmax_step(
+                s, m_i, l_i, j, first_masked, offs_m, qk_scale, BN
+            )
+            acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p))
+            mbarrier.arrive(v_free.index(prev), count=1)
+            p = gl.convert_layout(p_next.to(dtype), p_layout)
+        if not O_VIA_Q:  # every S of this tile is done: the next Q may come in meanwhile
+            mbarrier.arrive(q_free.index(wg), count=1)
+        slot = it % NUM_SLOTS
+        mbarrier.wait(v_ready.index(slot), (it // NUM_SLOTS) & 1)
+        acc = acc * gl.convert_layout(alpha, o_row_layout)[:, None]
+        _take_turn(turns, wg, g, PINGPONG)
+        acc_tok = warpgroup_mma(p, v_bufs.index(slot), acc, is_async=True)
+        _pass_turn(turns, wg, PINGPONG)
+        g += 1
+        acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p))
+        mbarrier.arrive(v_free.index(slot), count=1)
+        it += 1
+
+        # Normalize once; lse in natural-log units; out through shared memory and the TMA.
+        out = acc / gl.convert_layout(l_i, o_row_layout)[:, None]
+        lse = (m_i + gl.log2(l_i)) * (1.0 / 1.4426950408889634)
+        gl.store(lse_ptr + bh * seqlen_q + offs_m, lse)  # write ROWS
+        tma.store_wait(0)  # the previous tile's out has left o_buf
+        o_buf.store(out.to(dtype))
+        fence_async_shared()  # order the shared-memory writes before the TMA reads them
+        _tma_store(o_desc, [bh * seqlen_q + first_row, 0], o_buf)  # write ROWS*d
         if O_VIA_Q:
             tma.store_wait(0)
             mbarrier.arrive(q_free.index(wg), count=1)
-        if not CHAINED:
-            if has_next:  # the next tile's first S, with nothing to overlap it
-                mbarrier.wait(q_ready.index(qs_n), ((tile_i + 1) // Q_SETS) & 1)
-                p, m_i, l_i, alpha = _first_step(
-                    q_smem.index(qs_n), k_bufs, k_ready, k_free, turns, wg, it, g,
-                    first_masked_n, offs_m_n, qk_scale, p_layout, PINGPONG,
-                )  # fmt: skip
-                g += 1
     tma.store_wait(0)
 
 
@@ -388,28 +295,26 @@ def _attn_fwd_ws_kernel(
     NUM_SLOTS: gl.constexpr,
     O_VIA_Q: gl.constexpr,  # out leaves through the Q slots (no room for its own buffers)
     PINGPONG: gl.constexpr,  # the two warpgroups issue their matrix products in turn
-    CHAINED: gl.constexpr = False,  # two sets of Q slots; each tile's last P V with the next S
 ):
     """Persistent: program p takes tiles p, p + P, p + 2P, ... of 128 queries of one head
     (with one program per tile it is the usual grid)."""
     ROWS: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
-    Q_SLOTS: gl.constexpr = 4 if CHAINED else 2  # two warpgroups' slices, one or two tiles
-    q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_SLOTS, ROWS, HEAD_DIM], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, ROWS, HEAD_DIM], q_desc.layout)
     if O_VIA_Q:
         o_smem = q_smem
     else:
         o_smem = gl.allocate_shared_memory(o_desc.dtype, [2, ROWS, HEAD_DIM], o_desc.layout)
     k_bufs = gl.allocate_shared_memory(k_desc.dtype, [NUM_SLOTS, BN, HEAD_DIM], k_desc.layout)
     v_bufs = gl.allocate_shared_memory(v_desc.dtype, [NUM_SLOTS, BN, HEAD_DIM], v_desc.layout)
-    q_ready = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
-    q_free = gl.allocate_shared_memory(gl.int64, [Q_SLOTS, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
     k_free = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
     v_free = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(Q_SLOTS):
+    for i in gl.static_range(2):
         mbarrier.init(q_ready.index(i), count=1)
         mbarrier.init(q_free.index(i), count=1)  # one warpgroup reads each Q slice
     for i in gl.static_range(NUM_SLOTS):
@@ -513,16 +418,13 @@ def flash_attention_fwd_ws(
     num_slots: int | None = None,
     persistent: bool | None = None,
     pingpong: bool | None = None,
-    chained: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`forward.flash_attention_fwd` through the warp-specialized kernel (Hopper only).
 
     Args and returns as `flash_attention_fwd`, plus: out and lse, contiguous tensors to write
     into (as `launch_flash_attention_fwd` takes them); num_slots, the K/V ring's depth (default
     NUM_BUF[d]); persistent, one program per SM looping over the tiles (else one per tile);
-    pingpong, the warpgroups take turns at the tensor cores; chained, two sets of Q slots so that
-    each tile's last P V goes to the tensor cores with the next tile's first Q K^T (and out is
-    stored meanwhile). None takes `launch_policy`'s.
+    pingpong, the warpgroups take turns at the tensor cores. None takes `launch_policy`'s.
     Raises ValueError naming what `supported` refuses (the teaching kernel takes
     every other shape).
     """
@@ -537,14 +439,8 @@ def flash_attention_fwd_ws(
     num_slots = policy.num_slots if num_slots is None else num_slots
     persistent = policy.persistent if persistent is None else persistent
     pingpong = policy.pingpong if pingpong is None else pingpong
-    chained = policy.chained if chained is None else bool(chained)
     if not isinstance(num_slots, int) or not 1 <= num_slots <= 4:
         raise ValueError(f"num_slots must be an int from 1 to 4, got {num_slots!r}")
-    if chained and not own_out_buffer(d, num_slots, q_sets=2):
-        raise ValueError(
-            f"chained needs two sets of Q slots and out's own buffers in shared memory: at d = {d}"
-            f" that leaves room for at most {max_chained_slots(d)} K/V slots, got {num_slots}"
-        )
     out, lse = output_buffers(q, out, lse)
     if not out.is_contiguous():
         raise ValueError("out must be contiguous")
@@ -556,7 +452,7 @@ def flash_attention_fwd_ws(
         _descriptor(q, WG_ROWS), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
         _descriptor(out, WG_ROWS), lse, n_q, n_k, batch * heads, scale * LOG2E,
         CAUSAL=causal, NUM_SLOTS=num_slots, O_VIA_Q=not own_out_buffer(d, num_slots),
-        PINGPONG=bool(pingpong), CHAINED=chained, num_warps=4, maxnreg=MAXNREG,
+        PINGPONG=bool(pingpong), num_warps=4, maxnreg=MAXNREG,
     )  # fmt: skip
     return out, lse
 
@@ -565,7 +461,6 @@ class LaunchPolicy(NamedTuple):
     num_slots: int  # K/V ring depth
     persistent: bool  # one program per SM (else one per tile)
     pingpong: bool  # the warpgroups take turns at the tensor cores
-    chained: bool = False  # each tile's last P V issued with the next tile's first S
 
 
 def launch_policy(d: int, n_q: int, n_k: int, causal: bool) -> LaunchPolicy:
@@ -586,22 +481,16 @@ def launch_policy(d: int, n_q: int, n_k: int, causal: bool) -> LaunchPolicy:
     return LaunchPolicy(num_slots=slots, persistent=persistent, pingpong=d == 128 and n_k <= 1024)
 
 
-def shared_bytes(d: int, num_slots: int, own_out_buffer: bool, q_sets: int = 1) -> int:
-    """Shared memory of one program, 2-byte elements: q_sets Q tiles (two when chained) and out,
-    128 x d each, each ring slot K and V 128 x d; plus 1 KB for the barriers and alignment."""
-    return 2 * d * (BLOCK_M * (q_sets + own_out_buffer) + 2 * BLOCK_N * num_slots) + 1024
+def shared_bytes(d: int, num_slots: int, own_out_buffer: bool) -> int:
+    """Shared memory of one program, 2-byte elements: Q (and out) 128 x d, each ring slot K and
+    V 128 x d; plus 1 KB for the barriers and alignment."""
+    return 2 * d * (BLOCK_M * (2 if own_out_buffer else 1) + 2 * BLOCK_N * num_slots) + 1024
 
 
-def own_out_buffer(d: int, num_slots: int, q_sets: int = 1) -> bool:
+def own_out_buffer(d: int, num_slots: int) -> bool:
     """Whether out gets its own staging buffers (else it goes through the Q slots, and the next
     tile's Q waits for it to leave)."""
-    return shared_bytes(d, num_slots, True, q_sets) <= SHARED_LIMIT
-
-
-def max_chained_slots(d: int) -> int:
-    """The deepest K/V ring that leaves room for chained tiles (two Q sets and out): 4 at d = 64,
-    2 at d = 128."""
-    return max(n for n in range(1, 5) if own_out_buffer(d, n, q_sets=2))
+    return shared_bytes(d, num_slots, True) <= SHARED_LIMIT
 
 
 @functools.cache
@@ -633,7 +522,6 @@ def compile_for_sm90(
     dtype: torch.dtype = torch.bfloat16,
     num_slots: int | None = None,
     pingpong: bool = False,
-    chained: bool = False,
 ):
     """Compile the kernel for sm_90 here, without a GPU (`targets.compile_for`).
 
@@ -651,7 +539,7 @@ def compile_for_sm90(
     signature.update(lse_ptr="*fp32", seqlen_q="i32", seqlen_k="i32", n_bh="i32", qk_scale="fp32")
     return compile_for(
         _attn_fwd_ws_kernel, signature,
-        {"CAUSAL": causal, "NUM_SLOTS": num_slots, "PINGPONG": pingpong, "CHAINED": chained,
+        {"CAUSAL": causal, "NUM_SLOTS": num_slots, "PINGPONG": pingpong,
          "O_VIA_Q": not own_out_buffer(d, num_slots)},
         target=(9, 0), num_warps=4, maxnreg=MAXNREG, divisible=("lse_ptr",),
     )  # fmt: skip
