@@ -276,14 +276,20 @@ def test_notebook_runs_in_the_browser_and_its_figures_work(lab, browser, assignm
         # save: the widget state goes into the file (the course's lab saves it)
         page.keyboard.press("Control+s")
         deadline = time.time() + 30
-        saved = {}
+        saved, text = {}, ""
         while time.time() < deadline:
-            saved = json.loads((lab.root / name).read_text())
-            if not figures or saved["metadata"].get("widgets"):
+            # Jupyter's server rewrites the file in place (its backup is a copy beside it), so a
+            # read during the save can see an empty or half-written file: read again
+            text = (lab.root / name).read_text()
+            try:
+                saved = json.loads(text)
+            except json.JSONDecodeError:
+                saved = {}
+            if saved and (not figures or saved["metadata"].get("widgets")):
                 break
             time.sleep(0.5)
         if figures:
-            assert saved["metadata"].get("widgets"), f"{assignment}: no widget state saved"
+            assert saved.get("metadata", {}).get("widgets"), f"{assignment}: no widget state saved"
     finally:
         page.close()
     if not figures:
@@ -291,7 +297,7 @@ def test_notebook_runs_in_the_browser_and_its_figures_work(lab, browser, assignm
     # reopen a copy in a new page: the kernel JupyterLab starts has run nothing and knows no
     # widget, so every figure must come from the state saved in the file (its last picture)
     copy = f"reopened-{assignment}.ipynb"
-    shutil.copy(lab.root / name, lab.root / copy)
+    (lab.root / copy).write_text(text)  # the whole file that was read and parsed above
     page = browser.new_page(viewport={"width": WIDTHS[0], "height": 1000})
     try:
         _open(page, lab, copy, kernel=False)
