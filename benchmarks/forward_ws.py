@@ -81,18 +81,26 @@ def table(points) -> str:
 
 
 def _variant_order(name: str):
-    order = ["course", "s2", "s2-pp", "s3", "s3-pp", "s4", "s4-pp", *SDPA_BACKENDS]
+    gluon = ["s2", "s2-pp", "s3", "s3-pp", "s4", "s4-pp", "s4-x2", "s4-pp-x2"]
+    order = ["course", *gluon, *SDPA_BACKENDS]
     return order.index(name) if name in order else len(order)
 
 
 def variants(d: int) -> list[tuple[str, dict]]:
     """(name, options) of the Gluon kernel: `sN` an N-slot K/V ring, `-pp` with ping-pong turns;
-    the two deepest rings that fit at this d. Persistent or not as `launch_policy` says."""
-    return [
+    the two deepest rings that fit at this d; at d = 64 also `-x2`, two programs an SM (64-key
+    steps, 80 registers a thread). Persistent or not as `launch_policy` says."""
+    one = [
         (f"s{depth}" + ("-pp" if pingpong else ""), {"num_slots": depth, "pingpong": pingpong})
         for depth in ring_depths(d)[-2:]
         for pingpong in (False, True)
     ]
+    two = [
+        (f"s4{'-pp' if pingpong else ''}-x2", {"num_slots": 4, "pingpong": pingpong,
+                                               "programs_per_sm": 2})
+        for pingpong in (False, True)
+    ]  # fmt: skip
+    return one + (two if d == 64 else [])
 
 
 def bench_point(d, causal, n, batch, heads, log, rounds: int = 3) -> dict | None:

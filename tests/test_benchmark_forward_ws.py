@@ -20,6 +20,9 @@ def test_variants_cover_depths_and_pingpong():
     names = [name for name, _ in bench.variants(128)]
     assert names == ["s2", "s2-pp", "s3", "s3-pp"]
     assert dict(bench.variants(64))["s4-pp"] == {"num_slots": 4, "pingpong": True}
+    two = {"num_slots": 4, "pingpong": False, "programs_per_sm": 2}
+    assert dict(bench.variants(64))["s4-x2"] == two
+    assert not any(name.endswith("-x2") for name in names)  # d = 128: one program an SM
 
 
 def _point(n, course, s3, s4, cudnn, flash=300.0):

@@ -65,6 +65,20 @@ LOADER_REGS = gl.constexpr(24)  # the fewest a warp can have: it only issues cop
 SOFTMAX_REGS = gl.constexpr(240)  # per thread of each softmax warpgroup
 SHARED_LIMIT = 232448  # bytes of shared memory a program may opt into on sm_90
 MAXNREG = 168  # 12 warps x 32 threads x 168 = 64,512 <= the SM's 65,536 registers
+SM_SHARED = 233472  # bytes of shared memory of one SM; each resident program reserves 1 KB
+
+
+class Budget(NamedTuple):
+    """What one program may use when `programs` of them share an SM."""
+
+    block_n: int  # keys per step
+    maxnreg: int  # registers a thread at launch (12 warps)
+    softmax_regs: int  # registers a thread of the second softmax warpgroup after the hand-over
+
+
+# One program per SM: all 64K registers. Two (d = 64 only): 12 x 32 x 80 = 30,720 registers each,
+# so 64-key steps (S of 64 x 64 in fp32 is 32 registers a thread instead of 64).
+BUDGETS = {1: Budget(BLOCK_N, MAXNREG, SOFTMAX_REGS.value), 2: Budget(64, 80, 104)}
 
 
 @gluon.jit
@@ -295,6 +309,7 @@ def _attn_fwd_ws_kernel(
     NUM_SLOTS: gl.constexpr,
     O_VIA_Q: gl.constexpr,  # out leaves through the Q slots (no room for its own buffers)
     PINGPONG: gl.constexpr,  # the two warpgroups issue their matrix products in turn
+    SOFTMAX_R: gl.constexpr = SOFTMAX_REGS,  # registers a thread of the softmax warpgroup
 ):
     """Persistent: program p takes tiles p, p + P, p + 2P, ... of 128 queries of one head
     (with one program per tile it is the usual grid)."""
@@ -341,7 +356,7 @@ def _attn_fwd_ws_kernel(
             (_loader, loader_args),
         ],
         [4, 1],
-        [SOFTMAX_REGS, LOADER_REGS],
+        [SOFTMAX_R, LOADER_REGS],
     )
 
 
@@ -418,13 +433,15 @@ def flash_attention_fwd_ws(
     num_slots: int | None = None,
     persistent: bool | None = None,
     pingpong: bool | None = None,
+    programs_per_sm: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`forward.flash_attention_fwd` through the warp-specialized kernel (Hopper only).
 
     Args and returns as `flash_attention_fwd`, plus: out and lse, contiguous tensors to write
     into (as `launch_flash_attention_fwd` takes them); num_slots, the K/V ring's depth (default
     NUM_BUF[d]); persistent, one program per SM looping over the tiles (else one per tile);
-    pingpong, the warpgroups take turns at the tensor cores. None takes `launch_policy`'s.
+    pingpong, the warpgroups take turns at the tensor cores; programs_per_sm, 1, or 2 at d = 64
+    (`BUDGETS`: 64-key steps, 80 registers a thread). None takes `launch_policy`'s.
     Raises ValueError naming what `supported` refuses (the teaching kernel takes
     every other shape).
     """
@@ -439,20 +456,32 @@ def flash_attention_fwd_ws(
     num_slots = policy.num_slots if num_slots is None else num_slots
     persistent = policy.persistent if persistent is None else persistent
     pingpong = policy.pingpong if pingpong is None else pingpong
+    per_sm = policy.programs_per_sm if programs_per_sm is None else programs_per_sm
     if not isinstance(num_slots, int) or not 1 <= num_slots <= 4:
         raise ValueError(f"num_slots must be an int from 1 to 4, got {num_slots!r}")
+    if per_sm not in BUDGETS or (per_sm == 2 and d != 64):
+        raise ValueError(f"programs_per_sm must be 1, or 2 at d = 64; got {per_sm!r} at d = {d}")
+    budget = BUDGETS[per_sm]
+    if per_sm > 1 and shared_bytes(d, num_slots, True, budget.block_n) > program_shared(per_sm):
+        raise ValueError(
+            f"num_slots={num_slots} does not fit {per_sm} programs per SM at d = {d}: "
+            f"{shared_bytes(d, num_slots, True, budget.block_n):,} bytes a program, at most "
+            f"{program_shared(per_sm):,}"
+        )
     out, lse = output_buffers(q, out, lse)
     if not out.is_contiguous():
         raise ValueError("out must be contiguous")
     _bind_cuda_context(q.device)
     tiles = (n_q // BLOCK_M) * batch * heads
     if persistent:
-        tiles = min(tiles, _sm_count(q.device))
+        tiles = min(tiles, per_sm * _sm_count(q.device))
+    bn = budget.block_n
     _attn_fwd_ws_kernel[(tiles,)](
-        _descriptor(q, WG_ROWS), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
+        _descriptor(q, WG_ROWS), _descriptor(k, bn), _descriptor(v, bn),
         _descriptor(out, WG_ROWS), lse, n_q, n_k, batch * heads, scale * LOG2E,
-        CAUSAL=causal, NUM_SLOTS=num_slots, O_VIA_Q=not own_out_buffer(d, num_slots),
-        PINGPONG=bool(pingpong), num_warps=4, maxnreg=MAXNREG,
+        CAUSAL=causal, NUM_SLOTS=num_slots, O_VIA_Q=not own_out_buffer(d, num_slots, per_sm),
+        PINGPONG=bool(pingpong), SOFTMAX_R=budget.softmax_regs, num_warps=4,
+        maxnreg=budget.maxnreg,
     )  # fmt: skip
     return out, lse
 
@@ -461,6 +490,7 @@ class LaunchPolicy(NamedTuple):
     num_slots: int  # K/V ring depth
     persistent: bool  # one program per SM (else one per tile)
     pingpong: bool  # the warpgroups take turns at the tensor cores
+    programs_per_sm: int = 1  # 2: BUDGETS[2], at d = 64 only
 
 
 def launch_policy(d: int, n_q: int, n_k: int, causal: bool) -> LaunchPolicy:
@@ -481,16 +511,22 @@ def launch_policy(d: int, n_q: int, n_k: int, causal: bool) -> LaunchPolicy:
     return LaunchPolicy(num_slots=slots, persistent=persistent, pingpong=d == 128 and n_k <= 1024)
 
 
-def shared_bytes(d: int, num_slots: int, own_out_buffer: bool) -> int:
+def shared_bytes(d: int, num_slots: int, own_out_buffer: bool, block_n: int = BLOCK_N) -> int:
     """Shared memory of one program, 2-byte elements: Q (and out) 128 x d, each ring slot K and
-    V 128 x d; plus 1 KB for the barriers and alignment."""
-    return 2 * d * (BLOCK_M * (2 if own_out_buffer else 1) + 2 * BLOCK_N * num_slots) + 1024
+    V block_n x d; plus 1 KB for the barriers and alignment."""
+    return 2 * d * (BLOCK_M * (2 if own_out_buffer else 1) + 2 * block_n * num_slots) + 1024
 
 
-def own_out_buffer(d: int, num_slots: int) -> bool:
+def program_shared(programs_per_sm: int = 1) -> int:
+    """The shared memory one program may use when programs_per_sm of them share an SM."""
+    return min(SHARED_LIMIT, SM_SHARED // programs_per_sm - 1024)
+
+
+def own_out_buffer(d: int, num_slots: int, programs_per_sm: int = 1) -> bool:
     """Whether out gets its own staging buffers (else it goes through the Q slots, and the next
     tile's Q waits for it to leave)."""
-    return shared_bytes(d, num_slots, True) <= SHARED_LIMIT
+    block_n = BUDGETS[programs_per_sm].block_n
+    return shared_bytes(d, num_slots, True, block_n) <= program_shared(programs_per_sm)
 
 
 @functools.cache
@@ -522,6 +558,7 @@ def compile_for_sm90(
     dtype: torch.dtype = torch.bfloat16,
     num_slots: int | None = None,
     pingpong: bool = False,
+    programs_per_sm: int = 1,
 ):
     """Compile the kernel for sm_90 here, without a GPU (`targets.compile_for`).
 
@@ -533,13 +570,16 @@ def compile_for_sm90(
     if d not in HEAD_DIMS or dtype not in _GL_DTYPES:
         raise ValueError(f"d must be one of {HEAD_DIMS} and dtype float16 or bfloat16")
     num_slots = NUM_BUF[d] if num_slots is None else num_slots
+    budget = BUDGETS[programs_per_sm]
+    bn = budget.block_n
     signature = descriptor_signature(
-        d, dtype, {"q_desc": WG_ROWS, "k_desc": BLOCK_N, "v_desc": BLOCK_N, "o_desc": WG_ROWS}
+        d, dtype, {"q_desc": WG_ROWS, "k_desc": bn, "v_desc": bn, "o_desc": WG_ROWS}
     )
     signature.update(lse_ptr="*fp32", seqlen_q="i32", seqlen_k="i32", n_bh="i32", qk_scale="fp32")
     return compile_for(
         _attn_fwd_ws_kernel, signature,
         {"CAUSAL": causal, "NUM_SLOTS": num_slots, "PINGPONG": pingpong,
-         "O_VIA_Q": not own_out_buffer(d, num_slots)},
-        target=(9, 0), num_warps=4, maxnreg=MAXNREG, divisible=("lse_ptr",),
+         "O_VIA_Q": not own_out_buffer(d, num_slots, programs_per_sm),
+         "SOFTMAX_R": budget.softmax_regs},
+        target=(9, 0), num_warps=4, maxnreg=budget.maxnreg, divisible=("lse_ptr",),
     )  # fmt: skip
