@@ -220,8 +220,11 @@ def _softmax_warpgroup(
         start_m, bh, n_kv = _tile_coords(t, n_m, seqlen_k, 2 * ROWS, BN, CAUSAL)
         first_row = start_m * (2 * ROWS) + wg * ROWS  # of these rows, within the head
         offs_m = first_row + gl.arange(0, ROWS, layout=row_layout)
+        n_mine = n_kv  # key tiles these rows compute
         if CAUSAL:
             first_masked = first_row // BN  # the first key tile with a key right of a row
+            if BN < 2 * ROWS:  # the tile's last key tiles may lie right of all these rows
+                n_mine = gl.cdiv(first_row + ROWS, BN)
         else:
             first_masked = n_kv  # none
         m_i = gl.full([ROWS], float("-inf"), gl.float32, layout=row_layout)
@@ -242,7 +245,7 @@ def _softmax_warpgroup(
         mbarrier.arrive(k_free.index(slot), count=1)
         p, m_i, l_i, alpha = _softmax_step(s, m_i, l_i, 0, first_masked, offs_m, qk_scale, BN)
         p = gl.convert_layout(p.to(dtype), p_layout)
-        for j in range(1, n_kv):
+        for j in range(1, n_mine):
             prev = it % NUM_SLOTS
             prev_phase = (it // NUM_SLOTS) & 1
             it += 1
@@ -279,6 +282,18 @@ def _softmax_warpgroup(
         acc, p = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p))
         mbarrier.arrive(v_free.index(slot), count=1)
         it += 1
+        if CAUSAL and BN < 2 * ROWS:
+            for _ in range(n_mine, n_kv):  # fully masked here: release the slot, take the turn
+                slot = it % NUM_SLOTS
+                phase = (it // NUM_SLOTS) & 1
+                mbarrier.wait(k_ready.index(slot), phase)  # loaded: the lap before is released
+                mbarrier.arrive(k_free.index(slot), count=1)
+                mbarrier.wait(v_ready.index(slot), phase)
+                mbarrier.arrive(v_free.index(slot), count=1)
+                _take_turn(turns, wg, g, PINGPONG)
+                _pass_turn(turns, wg, PINGPONG)
+                g += 1
+                it += 1
 
         # Normalize once; lse in natural-log units; out through shared memory and the TMA.
         out = acc / gl.convert_layout(l_i, o_row_layout)[:, None]
