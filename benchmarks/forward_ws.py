@@ -89,9 +89,13 @@ def _variant_order(name: str):
 def variants(d: int) -> list[tuple[str, dict]]:
     """(name, options) of the Gluon kernel: `sN` an N-slot K/V ring, `-pp` with ping-pong turns;
     the two deepest rings that fit at this d; at d = 64 also `-x2`, two programs an SM (64-key
-    steps, 80 registers a thread). Persistent or not as `launch_policy` says."""
+    steps, 80 registers a thread), the others one program an SM whatever `launch_policy` says.
+    Persistent or not as `launch_policy` says."""
     one = [
-        (f"s{depth}" + ("-pp" if pingpong else ""), {"num_slots": depth, "pingpong": pingpong})
+        (
+            f"s{depth}" + ("-pp" if pingpong else ""),
+            {"num_slots": depth, "pingpong": pingpong, "programs_per_sm": 1},
+        )
         for depth in ring_depths(d)[-2:]
         for pingpong in (False, True)
     ]

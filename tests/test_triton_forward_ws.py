@@ -233,11 +233,16 @@ def test_autograd_runs_it_and_its_lse_serves_the_backward(causal, monkeypatch):
 
 def test_launch_policy_follows_the_measurements():
     """Run 6 of the Gluon forward: persistent but for causal past 4k keys, 4 slots at d = 64 and
-    2 at d = 128, ping-pong at d = 128 up to 1k keys."""
+    2 at d = 128, ping-pong at d = 128 up to 1k keys; two programs an SM at causal d = 64, 1k."""
     assert ws.launch_policy(64, 1024, 1024, False)[:3] == (4, True, False)
     assert ws.launch_policy(128, 1024, 1024, True)[:3] == (2, True, True)
     assert ws.launch_policy(128, 16384, 16384, True)[:3] == (2, False, False)
     assert ws.launch_policy(128, 16384, 16384, False)[:3] == (2, True, False)
+    # two programs an SM at causal d = 64 up to 1k keys only (the run of 2026-12-04)
+    assert ws.launch_policy(64, 1024, 1024, True) == (4, True, False, 2)
+    assert ws.launch_policy(64, 4096, 4096, True).programs_per_sm == 1
+    assert ws.launch_policy(64, 1024, 1024, False).programs_per_sm == 1
+    assert ws.launch_policy(128, 1024, 1024, True).programs_per_sm == 1
     for d in ws.HEAD_DIMS:  # every policy fits in shared memory with out's own buffers
         policy = ws.launch_policy(d, 4096, 4096, False)
         assert ws.own_out_buffer(d, policy.num_slots)

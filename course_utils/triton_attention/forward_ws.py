@@ -413,11 +413,9 @@ def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
     """Whether the autograd function should run this kernel rather than the teaching one: it
     takes the shape, and it was the faster of the two there on the H200 (benchmarks/RESULTS.md,
     Gluon forward run 6: 1.02 to 1.33 times the teaching kernel at every point but causal d = 64
-    at 1k keys, 273 against 299 TFLOP/s, where the teaching kernel's two programs per SM
-    overlap the short tiles' starts and ends better)."""
-    if supported(q, k, v, causal) is not None:
-        return False
-    return not (causal and q.shape[3] == 64 and k.shape[2] <= 1024)
+    at 1k keys, where it lost with one program an SM, 273 against 299 TFLOP/s, and wins with two,
+    318 against 297, as the teaching kernel's own two programs an SM do)."""
+    return supported(q, k, v, causal) is None
 
 
 @functools.cache
@@ -519,11 +517,26 @@ def launch_policy(d: int, n_q: int, n_k: int, causal: bool) -> LaunchPolicy:
       own buffers and the next tile's Q need not wait for it (3 slots: from 1 % faster to 4 %
       slower);
     - ping-pong turns at d = 128 up to 1k keys (583 against 530 TFLOP/s without the mask, equal
-      with it); elsewhere they cost 0 to 2 %.
+      with it); elsewhere they cost 0 to 2 %;
+    - two programs an SM where `two_programs_per_sm` says (causal d = 64, 1k: 318 against 274
+      TFLOP/s; at 4k one program an SM is faster, 402 against 355).
     """
     persistent = not causal or n_k <= 4096
     slots = NUM_BUF[d]
-    return LaunchPolicy(num_slots=slots, persistent=persistent, pingpong=d == 128 and n_k <= 1024)
+    per_sm = 2 if two_programs_per_sm(d, n_k, causal) else 1
+    return LaunchPolicy(
+        num_slots=slots,
+        persistent=persistent,
+        pingpong=d == 128 and n_k <= 1024,
+        programs_per_sm=per_sm,
+    )
+
+
+def two_programs_per_sm(d: int, n_k: int, causal: bool) -> bool:
+    """Where two programs share an SM (`BUDGETS[2]`): causal d = 64 up to 1k keys, whose short
+    tiles (1 to 8 key steps) leave one program's tensor cores idle at each tile's start and end,
+    which the other program fills (the Gluon forward with two programs an SM, 2026-12-04)."""
+    return d == 64 and causal and n_k <= 1024
 
 
 def shared_bytes(d: int, num_slots: int, own_out_buffer: bool, block_n: int = BLOCK_N) -> int:
