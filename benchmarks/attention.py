@@ -9,8 +9,8 @@
 Grid, as in the FlashAttention-2 paper's benchmarks: batch * N = 16k tokens, hidden
 2048 = heads * d, d in {64, 128}, N in {1k, 4k, 16k}, causal and not. Work: 4 * B * H * N^2 * d
 FLOPs (the two matmuls), half of it when causal. Each variant's output is checked against SDPA's
-before it is timed; times are the median of triton.testing.do_bench after a warm-up (autotuning
-included).
+before it is timed; a time is the median of triton.testing.do_bench after a warm-up (autotuning
+included), and each variant is timed 1 + --rounds times in rotating order, the median kept.
 
 --backward times the course's autograd function (`flash_attention`) and SDPA's backends with
 autograd: forward + backward (a fresh forward, then torch.autograd.grad) and the backward alone
@@ -35,6 +35,7 @@ import json
 import math
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,23 @@ def time_ms(fn) -> float:
     import triton.testing
 
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def time_in_rounds(fns: dict, results: dict, flops: float, rounds: int, log) -> None:
+    """Time each variant in `results` that has a first time ("ms", from `measure`) `rounds`
+    more times, the order rotating each round so that no variant always runs first or last, and
+    keep the median (ms, tflops; every time in ms_all). Variants timed once each in a fixed
+    order differed by up to a tenth from run to run on the H200 (Gluon forward runs 4 and 5)."""
+    timed = [name for name, r in results.items() if "error" not in r and name in fns]
+    times = {name: [results[name]["ms"]] for name in timed}
+    for r in range(rounds if timed else 0):
+        for name in timed[r % len(timed) :] + timed[: r % len(timed)]:
+            times[name].append(time_ms(fns[name]))
+    for name in timed:
+        ms = statistics.median(times[name])
+        results[name].update(ms=ms, tflops=flops / ms * 1e-9, ms_all=times[name])
+    if rounds and timed:
+        log("    median of rounds: " + ", ".join(f"{n} {results[n]['tflops']:.0f}" for n in timed))
 
 
 def nvidia_smi(query: str) -> str:
@@ -182,22 +200,37 @@ def fmt(x: float, digits: int = 0) -> str:
 
 
 def table(points, variants) -> tuple[str, float, float]:
-    """The markdown table; geo-mean course/cudnn and min course/flash."""
-    head = ["d", "causal", "N", "B x H", *variants, "course/cuDNN", "course/flash", "config"]
+    """The markdown table; geo-mean course/cudnn and min course/flash. With a learner's
+    variant, its ratios to cuDNN and flash too (`ratios` sums them up)."""
+    rated = ["course", *(["learner"] if "learner" in variants else [])]
+    ratio_head = [f"{name}/{base}" for name in rated for base in ("cuDNN", "flash")]
+    head = ["d", "causal", "N", "B x H", *variants, *ratio_head, "config"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    vs_cudnn, vs_flash = [], []
     for p in points:
         r = p["results"]
-        ratio_c = r["course"]["tflops"] / r["cudnn"]["tflops"]
-        ratio_f = r["course"]["tflops"] / r["flash"]["tflops"]
-        vs_cudnn.append(ratio_c)
-        vs_flash.append(ratio_f)
         cells = [p["d"], p["causal"], p["n"], f"{p['batch']} x {p['heads']}"]
         cells += [fmt(r[v]["tflops"]) for v in variants]
-        cells += [fmt(ratio_c, 2), fmt(ratio_f, 2), p.get("config", "")]
+        for name in rated:
+            cells += [fmt(r[name]["tflops"] / r[base]["tflops"], 2) for base in ("cudnn", "flash")]
+        cells.append(p.get("config", ""))
         lines.append("| " + " | ".join(map(str, cells)) + " |")
-    finite = [x for x in vs_flash if x == x]
-    return "\n".join(lines), geomean(vs_cudnn), (min(finite) if finite else float("nan"))
+    gm_cudnn, _, min_flash = ratios(points, "course")
+    return "\n".join(lines), gm_cudnn, min_flash
+
+
+def ratios(points, name: str) -> tuple[float, float, float]:
+    """Variant `name` over the grid: geometric mean and lowest of its ratio to cuDNN, lowest
+    ratio to flash (NaN points, a backend that refused the shape, left out of the lowest)."""
+    vs_cudnn = [p["results"][name]["tflops"] / p["results"]["cudnn"]["tflops"] for p in points]
+    vs_flash = [p["results"][name]["tflops"] / p["results"]["flash"]["tflops"] for p in points]
+    finite_c = [x for x in vs_cudnn if x == x]
+    finite_f = [x for x in vs_flash if x == x]
+    nan = float("nan")
+    return (
+        geomean(vs_cudnn),
+        min(finite_c) if finite_c else nan,
+        min(finite_f) if finite_f else nan,
+    )
 
 
 def plot(
@@ -252,8 +285,11 @@ def autotuned_config() -> str:
     return text + (f" r{c.maxnreg}" if c.maxnreg else "")
 
 
-def bench_point(d, causal, n, batch, heads, learner, sweep, log) -> tuple[dict | None, list]:
-    """Check and time every variant at one grid point; with sweep, each hand-launched config."""
+def bench_point(
+    d, causal, n, batch, heads, learner, sweep, log, rounds: int = 0
+) -> tuple[dict | None, list]:
+    """Check and time every variant at one grid point, then `rounds` more times in rotating
+    order (`time_in_rounds`); with sweep, each hand-launched config (timed once)."""
     from course_utils.triton_attention import flash_attention_fwd, launch_flash_attention_fwd
 
     gen = torch.Generator(device=DEVICE).manual_seed(1000 * d + 10 * int(causal) + n)
@@ -267,14 +303,17 @@ def bench_point(d, causal, n, batch, heads, learner, sweep, log) -> tuple[dict |
     if ref is None:
         log("    no SDPA backend ran; skipping this point")
         return None, []
-    results = {
-        "course": measure("course", lambda: flash_attention_fwd(q, k, v, causal), ref, flops, log)
-    }
-    config = autotuned_config()
+    fns = {"course": lambda: flash_attention_fwd(q, k, v, causal)}
     if learner is not None:
-        results["learner"] = measure("learner", lambda: learner(q, k, v, causal), ref, flops, log)
+        fns["learner"] = lambda: learner(q, k, v, causal)
     for name in SDPA_BACKENDS:
-        results[name] = measure(name, sdpa_fn(name, q, k, v, causal), ref, flops, log)
+        fns[name] = sdpa_fn(name, q, k, v, causal)
+    results = {}
+    for name, fn in fns.items():
+        results[name] = measure(name, fn, ref, flops, log)
+        if name == "course":
+            config = autotuned_config()  # the autotuner's pick, read before anything else runs
+    time_in_rounds(fns, results, flops, rounds, log)
     sweep_rows = []
     for label, tma, cfg in sweep_configs(d) if sweep else ():
 
@@ -306,12 +345,17 @@ def report_sweep(points, sweep_rows, out: Path, log) -> None:
         log(f"  d={p['d']} causal={p['causal']} N={p['n']}: {best}")
     for tma in (True, False):
         prefix = "tma-" if tma else "ptr-"
-        ratios = []
+        best_ratios = []
         for p in points:
             mine = [r for r in sweep_rows if same_point(r, p) and r["variant"].startswith(prefix)]
             rows = [r["tflops"] for r in mine if r["tflops"] == r["tflops"]]
-            ratios.append(max(rows) / p["results"]["cudnn"]["tflops"] if rows else float("nan"))
-        log(f"  {prefix[:3]}: best config per point, geo-mean ratio to cuDNN {geomean(ratios):.3f}")
+            best_ratios.append(
+                max(rows) / p["results"]["cudnn"]["tflops"] if rows else float("nan")
+            )
+        log(
+            f"  {prefix[:3]}: best config per point, geo-mean ratio to cuDNN "
+            f"{geomean(best_ratios):.3f}"
+        )
 
 
 def _precompile_task(task) -> str:
@@ -573,6 +617,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sweep", action="store_true", help="time each config of the kernel")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="forward: time every variant this many more times, in rotating order (median)",
+    )
+    parser.add_argument(
         "--backward", action="store_true", help="time forward + backward (autograd) instead"
     )
     parser.add_argument(
@@ -618,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"{device}; {versions()}\nnvidia-smi before ({CLOCKS}): {clocks_before}")
     points, sweep_rows = [], []
     for d, causal, n, batch, heads in grid(args.d, args.n, causals):
-        point, rows = bench_point(d, causal, n, batch, heads, learner, args.sweep, log)
+        point, rows = bench_point(d, causal, n, batch, heads, learner, args.sweep, log, args.rounds)
         if point is not None:
             points.append(point)
             sweep_rows += rows
@@ -638,17 +688,27 @@ def main(argv: list[str] | None = None) -> int:
         f"- {CLOCKS}: before the run {clocks_before}; just after the timings {clocks_after}\n"
         f"- versions: {versions()}\n"
         f"- command: `{command}`\n"
-        f"- TFLOP/s = 4*B*H*N^2*d (half when causal) / median time of triton.testing.do_bench; "
+        f"- TFLOP/s = 4*B*H*N^2*d (half when causal) / median of {1 + args.rounds} timings "
+        f"(triton.testing.do_bench, each variant in turn, the order rotating); "
         f"batch*N = {TOKENS}, heads*d = {HIDDEN}; config: the course autotuner's pick\n\n"
         f"{md}\n\n"
         f"Geometric mean course/cuDNN: {gm_cudnn:.3f}; minimum course/flash: {min_flash:.3f}.\n"
     )
+    if learner is not None:
+        gm, low, low_flash = ratios(points, "learner")
+        learner_line = (
+            f"Learner ({args.learner}): geometric mean learner/cuDNN {gm:.3f}, lowest {low:.3f}; "
+            f"minimum learner/flash {low_flash:.3f}.\n"
+        )
+        section += "\n" + learner_line
     (args.out / "RESULTS_section.md").write_text(section)
     if not args.no_append:
         with open(args.results, "a") as f:
             f.write(section)
     print("\n" + md)
     print(f"\ngeo-mean course/cuDNN {gm_cudnn:.3f}, min course/flash {min_flash:.3f}")
+    if learner is not None:
+        print(learner_line.strip())
     print(f"plot: {args.plot}; section: {args.out / 'RESULTS_section.md'}")
     return 0
 

@@ -18,7 +18,6 @@ table goes last on stdout, to DIR/backward_ws.json and to a markdown section app
 from __future__ import annotations
 
 import functools
-import statistics
 
 import torch
 
@@ -31,6 +30,7 @@ from benchmarks.attention import (
     geomean,
     rel_diff,
     sdpa_fn,
+    time_in_rounds,
     time_ms,
 )
 from benchmarks.forward_ws import run_hopper_grid
@@ -91,7 +91,7 @@ def bench_point(d, causal, n, batch, heads, log, rounds: int = 3) -> dict | None
     if ref is None:
         log("    no SDPA backend ran; skipping this point")
         return None
-    results, timed = {}, []
+    results = {}
     for name, fn in fns.items():
         try:
             grads = fn()
@@ -101,18 +101,11 @@ def bench_point(d, causal, n, batch, heads, log, rounds: int = 3) -> dict | None
                 log(f"    {name:<10} WRONG: relative difference to SDPA {diff:.1e}; not timed")
                 results[name] = {"error": "wrong", "diff": diff, "tflops": float("nan")}
                 continue
-            results[name] = {"diff": diff, "ms_all": [time_ms(fn)]}
-            timed.append(name)
+            results[name] = {"diff": diff, "ms": time_ms(fn)}
         except Exception as e:  # a refused shape, a compile error: record and go on
             log(f"    {name:<10} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
             results[name] = {"error": str(e), "tflops": float("nan")}
-    for r in range(rounds):
-        for name in timed[r % len(timed) :] + timed[: r % len(timed)]:
-            results[name]["ms_all"].append(time_ms(fns[name]))
-    for name in timed:
-        ms = statistics.median(results[name]["ms_all"])
-        results[name].update(ms=ms, tflops=flops / ms * 1e-9)
-    log("    median of rounds: " + ", ".join(f"{n} {results[n]['tflops']:.0f}" for n in timed))
+    time_in_rounds(fns, results, flops, rounds, log)
     return {"d": d, "causal": causal, "n": n, "batch": batch, "heads": heads, "results": results}
 
 

@@ -18,7 +18,6 @@ import datetime
 import functools
 import json
 import shlex
-import statistics
 import sys
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from benchmarks.attention import (
     nvidia_smi,
     sdpa_fn,
     sdpa_reference,
-    time_ms,
+    time_in_rounds,
     versions,
 )
 
@@ -132,15 +131,7 @@ def bench_point(d, causal, n, batch, heads, log, rounds: int = 3) -> dict | None
     for name in SDPA_BACKENDS:
         fns[name] = sdpa_fn(name, q, k, v, causal)
     results = {name: measure(name, fn, ref, flops, log) for name, fn in fns.items()}
-    timed = [name for name in fns if "error" not in results[name]]
-    times = {name: [results[name]["ms"]] for name in timed}
-    for r in range(rounds):
-        for name in timed[r % len(timed) :] + timed[: r % len(timed)]:
-            times[name].append(time_ms(fns[name]))
-    for name in timed:
-        ms = statistics.median(times[name])
-        results[name].update(ms=ms, tflops=flops / ms * 1e-9, ms_all=times[name])
-    log("    median of rounds: " + ", ".join(f"{n} {results[n]['tflops']:.0f}" for n in timed))
+    time_in_rounds(fns, results, flops, rounds, log)
     return {"d": d, "causal": causal, "n": n, "batch": batch, "heads": heads, "results": results}
 
 

@@ -50,3 +50,49 @@ def test_without_a_hopper_gpu_it_says_so(tmp_path, capsys):
     assert bench.main(["--out", str(tmp_path), "--results", str(tmp_path / "R.md")]) == 0
     assert "needs a Hopper GPU" in capsys.readouterr().out
     assert not (tmp_path / "R.md").exists()
+
+
+def test_time_in_rounds_rotates_and_keeps_the_median(monkeypatch):
+    """Every variant with a first time is timed `rounds` more times, each round starting one
+    variant later; the median is kept; failed variants are left alone."""
+    from benchmarks import attention
+
+    order = []
+    clock = {"a": iter([3.0, 1.0]), "b": iter([5.0, 6.0])}
+    fns = {"a": lambda: None, "b": lambda: None, "bad": lambda: None}
+    names = {fn: name for name, fn in fns.items()}
+    monkeypatch.setattr(
+        attention, "time_ms", lambda fn: order.append(names[fn]) or next(clock[names[fn]])
+    )
+    results = {"a": {"ms": 2.0}, "b": {"ms": 4.0}, "bad": {"error": "wrong", "tflops": 0.0}}
+    lines = []
+    attention.time_in_rounds(fns, results, 1e9, 2, lines.append)
+    assert order == ["a", "b", "b", "a"]
+    assert results["a"]["ms_all"] == [2.0, 3.0, 1.0] and results["a"]["ms"] == 2.0
+    assert results["b"]["ms"] == 5.0 and results["b"]["tflops"] == 1e9 / 5.0 * 1e-9
+    assert results["bad"] == {"error": "wrong", "tflops": 0.0}
+    assert lines and "median of rounds" in lines[0]
+    attention.time_in_rounds({}, {}, 1e9, 3, lines.append)  # nothing timed: nothing to do
+
+
+def test_attention_table_rates_a_learner_against_cudnn_and_flash():
+    """benchmarks.attention --learner (the autograd function's forward, say): its own ratio
+    columns and summary, a refused backend left out of the lowest."""
+    from benchmarks import attention
+
+    def point(n, course, learner, cudnn, flash):
+        res = {"course": course, "learner": learner, "cudnn": cudnn, "flash": flash}
+        res["efficient"] = 100.0
+        return {"d": 64, "causal": True, "n": n, "batch": 1, "heads": 1,
+                "results": {k: {"tflops": v} for k, v in res.items()}}  # fmt: skip
+
+    points = [point(1024, 300, 320, 340, 216), point(4096, 380, 410, 410, float("nan"))]
+    names = ["course", "learner", "flash", "cudnn", "efficient"]
+    md, gm_course, min_flash = attention.table(points, names)
+    head = md.splitlines()[0]
+    assert "learner/cuDNN" in head and "learner/flash" in head and "course/cuDNN" in head
+    assert md.splitlines()[2].count("|") == len(names) + 10
+    gm, low, low_flash = attention.ratios(points, "learner")
+    assert low == 320 / 340 and abs(gm - math.sqrt(320 / 340 * 1.0)) < 1e-12
+    assert low_flash == 320 / 216  # the NaN flash point left out
+    assert abs(gm_course - math.sqrt(300 / 340 * 380 / 410)) < 1e-12 and min_flash == 300 / 216
