@@ -815,11 +815,12 @@ def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
     """Whether the autograd function should run this kernel rather than the course backward: it
     takes the shape, and it was the faster of the two on the H200 there (benchmarks/RESULTS.md,
     Gluon backward run 9): from 2k keys (at 4k and 16k 1.03 to 1.32 times the course backward),
-    and at 1k keys at d = 128 without the mask (1.16 times). At 1k keys otherwise the course's
-    three kernels were faster (by 1.03 to 1.22 times): short causal key tiles, and d = 64."""
+    and at 1k keys at d = 128 (1.17 times without the mask; with it 269 against 252 TFLOP/s in
+    rotating rounds, 2026-12-04, where run 9's single timings had the course ahead). At 1k keys
+    at d = 64 the course's three kernels are faster (319 against 303, 243 against 217)."""
     if supported(q, k, v, causal) is not None:
         return False
-    return k.shape[2] >= 2048 or (q.shape[3] == 128 and not causal)
+    return k.shape[2] >= 2048 or q.shape[3] == 128
 
 
 DQ_COLS = 64  # columns of dQ_i in one product and one reduce-add
