@@ -81,21 +81,28 @@ def time_ms(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+def rotate_rounds(fns: dict, first: dict, rounds: int) -> dict:
+    """{label: [first time, then `rounds` more]} in ms: each round times every fns[label] whose
+    label is in `first`, the order rotating one step a round so that none always runs first or
+    last. Variants timed once each in a fixed order differed by up to a tenth from run to run on
+    the H200 (Gluon forward runs 4 and 5)."""
+    labels = list(first)
+    times = {label: [first[label]] for label in labels}
+    for r in range(rounds if labels else 0):
+        for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+            times[label].append(time_ms(fns[label]))
+    return times
+
+
 def time_in_rounds(fns: dict, results: dict, flops: float, rounds: int, log) -> None:
-    """Time each variant in `results` that has a first time ("ms", from `measure`) `rounds`
-    more times, the order rotating each round so that no variant always runs first or last, and
-    keep the median (ms, tflops; every time in ms_all). Variants timed once each in a fixed
-    order differed by up to a tenth from run to run on the H200 (Gluon forward runs 4 and 5)."""
-    timed = [name for name, r in results.items() if "error" not in r and name in fns]
-    times = {name: [results[name]["ms"]] for name in timed}
-    for r in range(rounds if timed else 0):
-        for name in timed[r % len(timed) :] + timed[: r % len(timed)]:
-            times[name].append(time_ms(fns[name]))
-    for name in timed:
-        ms = statistics.median(times[name])
-        results[name].update(ms=ms, tflops=flops / ms * 1e-9, ms_all=times[name])
-    if rounds and timed:
-        log("    median of rounds: " + ", ".join(f"{n} {results[n]['tflops']:.0f}" for n in timed))
+    """`rotate_rounds` over each variant of `results` with a first time ("ms", from `measure`);
+    keep the median (ms, tflops; every time in ms_all)."""
+    first = {n: r["ms"] for n, r in results.items() if "error" not in r and n in fns}
+    for name, times in rotate_rounds(fns, first, rounds).items():
+        ms = statistics.median(times)
+        results[name].update(ms=ms, tflops=flops / ms * 1e-9, ms_all=times)
+    if rounds and first:
+        log("    median of rounds: " + ", ".join(f"{n} {results[n]['tflops']:.0f}" for n in first))
 
 
 def nvidia_smi(query: str) -> str:
@@ -442,8 +449,9 @@ def _first(result):
     return result[0] if isinstance(result, tuple) else result
 
 
-def measure_bwd(name, fn, q, k, v, do, ref, flops, log) -> dict:
-    """Check out and dq, dk, dv against ref, then time fwd+bwd and the backward alone."""
+def measure_bwd(name, fn, q, k, v, do, ref, flops, log, timers: dict | None = None) -> dict:
+    """Check out and dq, dk, dv against ref, then time fwd+bwd and the backward alone; the two
+    timed calls go into timers[(name, "bwd")] and timers[(name, "fwd_bwd")] for more rounds."""
     nan = float("nan")
     try:
         out = fn(q, k, v)
@@ -457,8 +465,13 @@ def measure_bwd(name, fn, q, k, v, do, ref, flops, log) -> dict:
             )
             log(f"    {name:<10} WRONG: relative difference to SDPA {detail}; not timed")
             return {"fwd_bwd_tflops": nan, "bwd_tflops": nan, "diff": diff, "error": "wrong"}
-        bwd_ms = time_ms(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True))
-        fwd_bwd_ms = time_ms(lambda: torch.autograd.grad(fn(q, k, v), (q, k, v), do))
+        calls = {
+            "bwd": lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True),
+            "fwd_bwd": lambda: torch.autograd.grad(fn(q, k, v), (q, k, v), do),
+        }
+        bwd_ms, fwd_bwd_ms = time_ms(calls["bwd"]), time_ms(calls["fwd_bwd"])
+        if timers is not None:
+            timers.update({(name, metric): call for metric, call in calls.items()})
     except Exception as e:  # a backend that refuses a shape, a compile error: record and go on
         log(f"    {name:<10} FAILED: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
         return {"fwd_bwd_tflops": nan, "bwd_tflops": nan, "diff": nan, "error": str(e)}
@@ -492,8 +505,11 @@ def autotuned_bwd_configs() -> str:
     return ", ".join(texts)
 
 
-def bench_point_bwd(d, causal, n, batch, heads, variants, learner, log) -> dict | None:
-    """Check and time forward + backward of every variant at one grid point."""
+def bench_point_bwd(
+    d, causal, n, batch, heads, variants, learner, log, rounds: int = 0
+) -> dict | None:
+    """Check and time forward + backward of every variant at one grid point, then each of its
+    two timings `rounds` more times in rotating order (`rotate_rounds`), the medians kept."""
     gen = torch.Generator(device=DEVICE).manual_seed(1000 * d + 10 * int(causal) + n + 7)
     q, k, v, do = (
         torch.randn(batch, heads, n, d, generator=gen, device=DEVICE, dtype=torch.bfloat16)
@@ -516,12 +532,24 @@ def bench_point_bwd(d, causal, n, batch, heads, variants, learner, log) -> dict 
     if ref is None:
         log("    no SDPA backend ran; skipping this point")
         return None
-    results, config = {}, ""
+    results, config, timers = {}, "", {}
     for name in variants:
         fn = differentiable_fn(name, learner, causal)
-        results[name] = measure_bwd(name, fn, q, k, v, do, ref, flops, log)
+        results[name] = measure_bwd(name, fn, q, k, v, do, ref, flops, log, timers)
         if name == "course":
             config = autotuned_bwd_configs()
+    first = {(n, m): results[n][f"{m}_ms"] for n, m in timers}
+    factor = {"bwd": BWD_FACTOR, "fwd_bwd": 1 + BWD_FACTOR}
+    for (name, metric), times in rotate_rounds(timers, first, rounds).items():
+        ms = statistics.median(times)
+        results[name].update(
+            {f"{metric}_ms": ms, f"{metric}_tflops": factor[metric] * flops / ms * 1e-9,
+             f"{metric}_ms_all": times}
+        )  # fmt: skip
+    if rounds and timers:
+        log("    median of rounds, bwd: " + ", ".join(
+            f"{n} {results[n]['bwd_tflops']:.0f}" for n in variants if (n, "bwd") in timers
+        ))  # fmt: skip
     point = {"d": d, "causal": causal, "n": n, "batch": batch, "heads": heads}
     return {**point, "config": config, "results": results}
 
@@ -561,7 +589,7 @@ def main_backward(args, command, learner, causals, log) -> int:
     log(f"{device}; {versions()}\nnvidia-smi before ({CLOCKS}): {clocks_before}")
     points = []
     for d, causal, n, batch, heads in grid(args.d, args.n, causals):
-        point = bench_point_bwd(d, causal, n, batch, heads, variants, learner, log)
+        point = bench_point_bwd(d, causal, n, batch, heads, variants, learner, log, args.rounds)
         if point is not None:
             points.append(point)
         torch.cuda.empty_cache()
@@ -580,8 +608,9 @@ def main_backward(args, command, learner, causals, log) -> int:
         f"- {CLOCKS}: before the run {clocks_before}; just after the timings {clocks_after}\n"
         f"- versions: {versions()}\n"
         f"- command: `{command}`\n"
-        f"- fwd+bwd TFLOP/s = 3.5 * F / median time of a forward and torch.autograd.grad; bwd "
-        f"TFLOP/s = 2.5 * F / median time of torch.autograd.grad alone (retain_graph=True), "
+        f"- fwd+bwd TFLOP/s = 3.5 * F / time of a forward and torch.autograd.grad; bwd "
+        f"TFLOP/s = 2.5 * F / time of torch.autograd.grad alone (retain_graph=True), "
+        f"each the median of {1 + args.rounds} do_bench medians, the variants in rotating order; "
         f"measured, not subtracted; F = 4*B*H*N^2*d (half when causal), the forward's FLOPs; "
         f"batch*N = {TOKENS}, heads*d = {HIDDEN}; config: the course backward autotuners' picks\n\n"
         f"{md}\n\n"
@@ -620,7 +649,8 @@ def main(argv: list[str] | None = None) -> int:
         "--rounds",
         type=int,
         default=2,
-        help="forward: time every variant this many more times, in rotating order (median)",
+        help="time every variant (with --backward: both its timings) this many more times, in "
+        "rotating order, and keep the median",
     )
     parser.add_argument(
         "--backward", action="store_true", help="time forward + backward (autograd) instead"

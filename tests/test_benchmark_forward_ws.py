@@ -73,6 +73,14 @@ def test_time_in_rounds_rotates_and_keeps_the_median(monkeypatch):
     assert results["bad"] == {"error": "wrong", "tflops": 0.0}
     assert lines and "median of rounds" in lines[0]
     attention.time_in_rounds({}, {}, 1e9, 3, lines.append)  # nothing timed: nothing to do
+    # the backward's labels are (variant, timing) pairs: the same rotation
+    order.clear()
+    fns = {("a", "bwd"): fns["a"], ("a", "fwd_bwd"): fns["b"]}
+    names = {fns[("a", "bwd")]: "a", fns[("a", "fwd_bwd")]: "b"}
+    clock = {"a": iter([1.0, 1.0]), "b": iter([2.0, 2.0])}
+    times = attention.rotate_rounds(fns, {("a", "bwd"): 1.5, ("a", "fwd_bwd"): 2.5}, 2)
+    assert order == ["a", "b", "b", "a"]
+    assert times == {("a", "bwd"): [1.5, 1.0, 1.0], ("a", "fwd_bwd"): [2.5, 2.0, 2.0]}
 
 
 def test_attention_table_rates_a_learner_against_cudnn_and_flash():
