@@ -17,7 +17,10 @@ the exponentials of S_{j+1} run while P_j V_j is still on the tensor cores. The 
 independently, so one's softmax also overlaps the other's products; with `pingpong` they take
 turns at the tensor cores (FlashAttention-3's ping-pong). Programs are persistent: one per SM,
 each taking tiles in turn, so the loader brings the next tile's Q while the last one finishes
-(`launch_policy` says when one program per tile is better).
+(`launch_policy` says when one program per tile is better). For short causal tiles at d = 64 two
+programs share an SM (`BUDGETS[2]`: 64-key steps, 80 registers a thread, softmax warpgroups at
+104), so that one program's tile starts and ends, where its tensor cores have nothing queued,
+fall while the other is in its key loop.
 
 Written in Gluon (`triton.experimental.gluon`), Triton's lower-level dialect, where layouts,
 shared memory, barriers and warp partitions are explicit. It needs an sm_90 GPU: wgmma exists only
