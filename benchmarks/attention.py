@@ -94,13 +94,21 @@ def rotate_rounds(fns: dict, first: dict, rounds: int) -> dict:
     return times
 
 
+def keep_median(entry: dict, times: list, flops: float, prefix: str = "") -> None:
+    """entry[prefix + "ms"], the median of times; prefix + "tflops" for `flops` of work in it;
+    prefix + "ms_all", every time."""
+    ms = statistics.median(times)
+    entry.update(
+        {f"{prefix}ms": ms, f"{prefix}tflops": flops / ms * 1e-9, f"{prefix}ms_all": times}
+    )
+
+
 def time_in_rounds(fns: dict, results: dict, flops: float, rounds: int, log) -> None:
     """`rotate_rounds` over each variant of `results` with a first time ("ms", from `measure`);
     keep the median (ms, tflops; every time in ms_all)."""
     first = {n: r["ms"] for n, r in results.items() if "error" not in r and n in fns}
     for name, times in rotate_rounds(fns, first, rounds).items():
-        ms = statistics.median(times)
-        results[name].update(ms=ms, tflops=flops / ms * 1e-9, ms_all=times)
+        keep_median(results[name], times, flops)
     if rounds and first:
         log("    median of rounds: " + ", ".join(f"{n} {results[n]['tflops']:.0f}" for n in first))
 
@@ -541,11 +549,7 @@ def bench_point_bwd(
     first = {(n, m): results[n][f"{m}_ms"] for n, m in timers}
     factor = {"bwd": BWD_FACTOR, "fwd_bwd": 1 + BWD_FACTOR}
     for (name, metric), times in rotate_rounds(timers, first, rounds).items():
-        ms = statistics.median(times)
-        results[name].update(
-            {f"{metric}_ms": ms, f"{metric}_tflops": factor[metric] * flops / ms * 1e-9,
-             f"{metric}_ms_all": times}
-        )  # fmt: skip
+        keep_median(results[name], times, factor[metric] * flops, prefix=f"{metric}_")
     if rounds and timers:
         log("    median of rounds, bwd: " + ", ".join(
             f"{n} {results[n]['bwd_tflops']:.0f}" for n in variants if (n, "bwd") in timers

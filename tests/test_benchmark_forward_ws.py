@@ -104,3 +104,15 @@ def test_attention_table_rates_a_learner_against_cudnn_and_flash():
     assert low == 320 / 340 and abs(gm - math.sqrt(320 / 340 * 1.0)) < 1e-12
     assert low_flash == 320 / 216  # the NaN flash point left out
     assert abs(gm_course - math.sqrt(300 / 340 * 380 / 410)) < 1e-12 and min_flash == 300 / 216
+
+
+def test_keep_median_names_the_backwards_timings():
+    """The backward keeps bwd_ and fwd_bwd_ medians side by side in one variant's entry."""
+    from benchmarks import attention
+
+    entry = {"diff": 0.0}
+    attention.keep_median(entry, [4.0, 2.0, 3.0], 2.5e9, prefix="bwd_")
+    attention.keep_median(entry, [5.0, 7.0, 6.0], 3.5e9, prefix="fwd_bwd_")
+    assert entry["bwd_ms"] == 3.0 and entry["bwd_tflops"] == 2.5e9 / 3.0 * 1e-9
+    assert entry["fwd_bwd_ms"] == 6.0 and entry["fwd_bwd_ms_all"] == [5.0, 7.0, 6.0]
+    assert entry["diff"] == 0.0 and "ms" not in entry
