@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument(
         "--roster",
         metavar="FILE",
-        help="CSV mapping student ids to the LMS: columns student, name, lms_id, sis_id, login, "
-        "section, email (only student is required)",
+        help="the class list, a CSV with columns student, name, lms_id, sis_id, login, section, "
+        "email (only student is required): every student in it gets a row for every assignment "
+        "(`missing` where nothing was handed in), and the LMS exports use its ids",
     )
     args = parser.parse_args(argv)
     if args.command == "grade":

@@ -31,7 +31,7 @@ import nbformat
 
 from . import pipeline
 from .authoring import KERNELSPEC
-from .submissions import OLDER_UPLOAD, source_text
+from .submissions import IGNORED_FILE, OLDER_UPLOAD, source_text
 from .submissions import student_id as _student_id
 
 # seconds per cell: cuts the infinite loop soon, and leaves the Triton interpreter's checks of
@@ -145,6 +145,8 @@ class Entry:
     upload: str | None = None  # the file's name in the assignment folder (default <a>.ipynb)
     # earlier uploads of the same student: (file name, notebook, seconds older than this one)
     older: list[tuple[str, object, float]] = field(default_factory=list)
+    # other notebooks saved later in the same folder (a scratch Untitled.ipynb): (name, notebook)
+    scratch: list[tuple[str, object]] = field(default_factory=list)
     # the problem line is one of graders.submissions' repair notes or causes, which the worker
     # reports once it calls read_submission() and cause_line() (see tests/test_grading.py)
     worker_note: bool = False
@@ -329,7 +331,7 @@ def core(assignment: str, root: Path = pipeline.REPO) -> list[Entry]:
     work, undone = partial(assignment, root)
     bank = [
         Entry("full", solved, set()),
-        Entry("untouched", release, set(points(assignment, root)), save="release"),
+        Entry("untouched", release, set(points(assignment, root)), "untouched", save="release"),
         Entry("partial", work, undone),
     ]
     for name, ex, code in mistakes(assignment, root)[:1]:
@@ -354,7 +356,7 @@ def build(assignment: str, root: Path = pipeline.REPO) -> list[Entry]:
     work, undone = partial(assignment, root)
     bank = [
         Entry("full", solved, set()),
-        Entry("untouched", untouched, all_tests, save="release"),
+        Entry("untouched", untouched, all_tests, "untouched", save="release"),
         Entry("partial", work, undone),
     ]
 
@@ -489,16 +491,29 @@ def build(assignment: str, root: Path = pipeline.REPO) -> list[Entry]:
     bank.append(
         Entry("not-json", b"{ this is not a notebook", all_tests, status="invalid-notebook")
     )
-    # not honest, but nbgrader fails on it: a cell of the student's own with half-made metadata
+    # not honest, and nbgrader alone fails the whole notebook on either: a cell of the student's
+    # own with half-made metadata, and one that claims 100 points of its own; both ungraded, the
+    # rest graded
     nb = copy.deepcopy(solved)
     nb.cells.append(nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": {"grade": True}}))
     bank.append(
         Entry(
             "broken-nbgrader-metadata",
             nb,
-            set(all_tests),
-            status="autograde-failed",
-            problem="KeyError: 'grade_id'",
+            set(),
+            problem="(no id): not a cell of the release, but marked as graded",
+            worker_note=True,
+        )
+    )
+    nb = copy.deepcopy(solved)
+    claim = dict(_cell(nb, first.tests[0]).metadata["nbgrader"], grade_id="bonus", points=100)
+    nb.cells.append(nbformat.v4.new_code_cell("assert True", metadata={"nbgrader": claim}))
+    bank.append(
+        Entry(
+            "fake-graded-cell",
+            nb,
+            set(),
+            problem="cell bonus: not a cell of the release, but marked as graded (100 points)",
             worker_note=True,
         )
     )
@@ -572,8 +587,34 @@ def honest(assignment: str, root: Path = pipeline.REPO) -> list[Entry]:
             "changed-nbgrader-metadata",
             nb,
             set(),
-            problem=f"cell {first.tests[0]}: its nbgrader metadata was changed",
+            problem=f"cell {first.tests[0]}: the test cell was given other nbgrader metadata",
             worker_note=True,
+        )
+    )
+    # a test cell turned into markdown (one key in Jupyter: M): graded as released
+    nb = copy.deepcopy(solved)
+    test = _cell(nb, first.tests[0])
+    nb.cells[nb.cells.index(test)] = nbformat.v4.new_markdown_cell(
+        test.source, metadata=test.metadata, id=test.id
+    )
+    bank.append(
+        Entry(
+            "test-cell-to-markdown",
+            nb,
+            set(),
+            problem=f"cell {first.tests[0]}: the test cell was turned into markdown; restored",
+            worker_note=True,
+        )
+    )
+    # nbgrader collect copies the whole folder: a scratch notebook saved later beside the answer
+    scratch = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")])
+    bank.append(
+        Entry(
+            "scratch-notebook-beside",
+            solved,
+            set(),
+            scratch=[("Untitled.ipynb", scratch)],
+            problem=f"{IGNORED_FILE} Untitled.ipynb",
         )
     )
     # three uploads: the newest is graded, whatever the names say
@@ -655,6 +696,7 @@ def write(
         a = assignment or entry.assignment
         student = folder_name(entry)
         uploads = [(entry.upload or f"{a}.ipynb", entry.notebook, 0.0), *entry.older]
+        uploads += [(name, nb, -60.0) for name, nb in entry.scratch]  # saved a minute later
         for name, nb, age in uploads:
             if layout == "nbgrader":
                 path = Path(folder) / "submitted" / student / a / name

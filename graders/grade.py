@@ -3,6 +3,16 @@
     python -m graders grade PATH [--out DIR] [--jobs N | --scheduler ADDRESS] [--timeout S]
                                  [--assignment A] [--regrade]
 
+Who and what is graded: every student found in PATH and, with --roster, every student of the
+roster, against every assignment found in PATH (or --assignment). A student with nothing handed in
+for an assignment gets a `missing` row (0 points, named); a released notebook handed back unchanged
+is `untouched`; so every total is over the same points. In a student's assignment folder only the
+assignment's notebook is graded (`<assignment>.ipynb`, or a copy named so); a scratch notebook
+beside it is skipped and named, as nbgrader skips it. The release's locked and test cells are
+restored before grading, whatever was done to them (edited, turned into markdown, their metadata
+changed, deleted), and a cell the release does not have scores nothing however many points it
+claims (graders/submissions.py, `prepare`).
+
 Writes into DIR (default: PATH/../graded):
     grades.csv            one row per student: the score of each assignment and the total
     grades_by_cell.csv    one row per student, assignment and graded cell, with the misconception
@@ -41,6 +51,8 @@ from .submissions import Submission, attach_submission_info, discover
 from .worker import result_path, sha256
 
 DEFAULT_MEMORY_GB = 6.0
+MISSING = "missing"  # the status of a rostered student's assignment with no submission
+NOT_ROSTERED = "not in the roster: graded under the id the submission gave"
 
 
 @dataclass
@@ -151,8 +163,6 @@ def grade(
 
     kinds = _exports.parse_kinds(exports)
     people = _exports.read_roster(roster) if roster is not None else None
-    if people is not None and not kinds:
-        raise ValueError("--roster maps students to an LMS: give --export canvas or moodle too")
 
     if sandbox:
         _sandbox.require()
@@ -229,8 +239,12 @@ def grade(
         cache.write_text(json.dumps(res, indent=1, ensure_ascii=False), encoding="utf-8")
         results.append(res)
     shutil.rmtree(out / ".work", ignore_errors=True)
-    results.sort(key=lambda r: (r["student"], known.index(r["assignment"])))
     attach_submission_info(results, subs)  # names as found, older uploads not graded
+    for res in results if people is not None else []:
+        if res["student"] not in people:
+            res["problems"].append(NOT_ROSTERED)
+    results += missing_results(results, wanted, max_score, people)
+    results.sort(key=lambda r: (r["student"], known.index(r["assignment"])))
     from .report import write_outputs
 
     t2 = time.perf_counter()
@@ -239,7 +253,8 @@ def grade(
     if course is not None:
         from . import gradebook as _gradebook
 
-        notes = _gradebook.record(results, course, out, wanted, gradebook, people)
+        handed_in = [r for r in results if r["status"] != MISSING]
+        notes = _gradebook.record(handed_in, course, out, wanted, gradebook, people)
         final = _gradebook.final_scores(course, wanted, gradebook)
         if progress:
             where = gradebook or _gradebook.default_url(course)
@@ -251,11 +266,46 @@ def grade(
         for path in _exports.write(kinds, tab, out, people):
             if progress:
                 print(f"LMS file: {path}")
-        missing = [s for s in tab.students if people is not None and s not in people]
-        if missing and progress:
-            print(f"  not in the roster (exported under their student id): {', '.join(missing)}")
+        strays = [s for s in tab.students if people is not None and s not in people]
+        if strays and progress:
+            print(f"  not in the roster (exported under their student id): {', '.join(strays)}")
     seconds = {"template": t1 - t0, "grading": t2 - t1, "report": time.perf_counter() - t2}
     return Outcome(results, problems, out, seconds, _own_cpu() - cpu0)
+
+
+def missing_results(
+    results: list[dict],
+    assignments: list[str],
+    max_score: dict[str, float],
+    roster: dict | None = None,
+) -> list[dict]:
+    """A `missing` result (0 points, shown as such) for every student without a submission of
+    an assignment of the course.
+
+    The students are the roster's (every one, whether they handed in anything or not) and those
+    who handed in something; the course is `assignments`, the ones graded in this run. So every
+    student's total is over the same points, and work that never arrived is named, not hidden.
+    """
+    have = {(r["student"], r["assignment"]) for r in results}
+    names = {r["student"]: r.get("name") or r["student"] for r in results}
+    for student, person in (roster or {}).items():
+        names.setdefault(student, getattr(person, "name", "") or student)
+    return [
+        {
+            "student": student,
+            "name": names[student],
+            "assignment": a,
+            "status": MISSING,
+            "score": 0.0,
+            "max_score": float(max_score.get(a, 0.0)),
+            "cells": {},
+            "problems": ["no submission"],
+            "seconds": 0.0,
+        }
+        for student in sorted(names)
+        for a in assignments
+        if (student, a) not in have
+    ]
 
 
 def _own_cpu() -> float:

@@ -76,13 +76,26 @@ def default_url(course_dir: Path) -> str:
     return f"sqlite:///{Path(course_dir).resolve() / 'gradebook.db'}"
 
 
-def ensure_config(course_dir: Path, db_url: str | None = None) -> Path:
-    """COURSE/nbgrader_config.py: the instructor's if present, else one with the course's layout
-    (and `db_url` when it is not the default one)."""
+# what marks a folder as an nbgrader course an instructor already has
+COURSE_MARKS = ("nbgrader_config.py", "gradebook.db", "source", "release", "submitted")
+NBGRADER_LAYOUT = {"source_directory": "source", "release_directory": "release"}  # its defaults
+
+
+def existing_course(course_dir: Path) -> bool:
+    """True when `course_dir` already is an nbgrader course (its config, gradebook or folders)."""
+    return any((Path(course_dir) / mark).exists() for mark in COURSE_MARKS)
+
+
+def ensure_config(course_dir: Path, db_url: str | None = None) -> Path | None:
+    """COURSE/nbgrader_config.py for a new course directory, with the course's layout (and
+    `db_url` when it is not the default one). An existing nbgrader course is left as it is:
+    its own file, if any, is read, and nothing is written (returns None when it has none)."""
     course_dir = Path(course_dir)
     path = course_dir / "nbgrader_config.py"
     if path.exists():
         return path
+    if existing_course(course_dir):
+        return None
     course = pipeline.load_config(course_dir, "none")
     db_line = ""
     if db_url and db_url != default_url(course_dir):
@@ -107,6 +120,10 @@ def course_config(course_dir: Path, db_url: str | None = None):
     course_dir = Path(course_dir).resolve()
     cfg = pipeline.load_config(course_dir, db_url or default_url(course_dir))
     own = course_dir / "nbgrader_config.py"
+    if existing_course(course_dir) and not _wrote_config(own):
+        # an instructor's nbgrader course: nbgrader's default folders, unless their file says
+        for key, value in NBGRADER_LAYOUT.items():
+            setattr(cfg.CourseDirectory, key, value)
     if own.is_file():
         mine = PyFileConfigLoader(own.name, path=str(course_dir)).load_config()
         cfg.merge(mine)
@@ -114,6 +131,14 @@ def course_config(course_dir: Path, db_url: str | None = None):
     if db_url:
         cfg.CourseDirectory.db_url = db_url
     return cfg
+
+
+def _wrote_config(path: Path) -> bool:
+    """True for a config file this module wrote (CONFIG_TEMPLATE's first line)."""
+    try:
+        return path.read_text(encoding="utf-8").startswith(CONFIG_TEMPLATE.splitlines()[0])
+    except OSError:
+        return False
 
 
 def _api(cfg):
@@ -135,20 +160,23 @@ def _nb_path(coursedir, folder: str, student: str, assignment: str) -> Path:
 
 
 def record_assignments(cfg, assignments: Iterable[str]) -> list[str]:
-    """Copy each assignment's instructor notebook into the course's source folder and run nbgrader
-    generate_assignment there: the gradebook then knows its notebook and every cell. Returns a
-    note for each source notebook of the course directory that differed and was replaced."""
+    """Copy each assignment's instructor notebook into the course's source folder (where it is
+    not there yet) and run nbgrader generate_assignment there: the gradebook then knows its
+    notebook and every cell. An instructor's own source notebook that differs from the one the
+    class was graded against is never overwritten: GradebookError says what to do."""
     api, coursedir = _api(cfg)
     notes = []
     for a in assignments:
         source = _nb_path(coursedir, coursedir.source_directory, ".", a)
         ours = pipeline.REPO / "solutions" / a / f"{a}.ipynb"
-        if not source.is_file() or source.read_bytes() != ours.read_bytes():
-            if source.is_file():
-                notes.append(
-                    f"{source}: replaced by {ours}, the notebook the class was graded against "
-                    "(the gradebook must describe the release that was graded)"
-                )
+        if source.is_file() and source.read_bytes() != ours.read_bytes():
+            raise GradebookError(
+                f"{source} differs from {ours}, the notebook the class was graded against, and "
+                "the gradebook must describe the release that was graded; the grader does not "
+                f"overwrite your file: copy ours over it (cp {ours} {source}) or give another "
+                "--course-dir"
+            )
+        if not source.is_file():
             source.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(ours, source)
         with pipeline._quiet():

@@ -142,6 +142,8 @@ def similar_pairs(
         for r in sorted(results, key=lambda r: r["student"]):
             if r["assignment"] != assignment or r["status"] == "invalid-notebook":
                 continue
+            if not r.get("source"):  # nothing handed in (a `missing` row of the roster)
+                continue
             try:
                 code = answer_code(read_notebook(Path(r["source"])))
             except (OSError, ValueError):

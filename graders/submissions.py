@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import hashlib
 import json
 import re
@@ -31,6 +32,7 @@ from pathlib import Path
 import nbformat
 
 OLDER_UPLOAD = "older upload, not graded:"  # the start of the note naming an upload left out
+IGNORED_FILE = "skipped, not the assignment's notebook:"  # the note naming a scratch notebook
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Submission:
     path: Path  # the upload that is graded: the newest
     others: tuple[Path, ...] = ()  # the other uploads of this student for this assignment
     name: str = ""  # the student's name as the folder or file name gave it
+    ignored: tuple[Path, ...] = ()  # other notebooks in the folder: not this assignment's (scratch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,6 +93,7 @@ def discover(
     if (path / "submitted").is_dir():
         path = path / "submitted"
     found: list[tuple[str, str, Path]] = []  # (raw name, assignment, file)
+    ignored: dict[tuple[str, str], tuple[Path, ...]] = {}  # scratch notebooks beside the upload
     problems = []
     for student_dir in sorted(p for p in path.iterdir() if p.is_dir()):
         for a_dir in sorted(p for p in student_dir.iterdir() if p.is_dir()):
@@ -100,7 +104,10 @@ def discover(
             notebooks = sorted(a_dir.glob("*.ipynb"))
             if not notebooks:
                 problems.append(f"{a_dir}: no notebook in this folder")
-            found += [(student_dir.name, a_dir.name, nb) for nb in notebooks]
+            uploads, skipped = assignment_notebooks(a_dir.name, notebooks)
+            found += [(student_dir.name, a_dir.name, nb) for nb in uploads]
+            if skipped:
+                ignored[(student_id(student_dir.name), a_dir.name)] = tuple(skipped)
     for nb_path in sorted(path.glob("*.ipynb")):
         stem = nb_path.stem
         match = max((a for a in known if a in stem), key=len, default=None)
@@ -127,7 +134,13 @@ def discover(
     for (sid, a), uploads in groups.items():
         newest_first = sorted(uploads, key=lambda u: _upload_order(u[1], a), reverse=True)
         (raw, graded), rest = newest_first[0], newest_first[1:]
-        subs.append(Submission(sid, a, graded, tuple(p for _, p in rest), raw))
+        subs.append(
+            Submission(sid, a, graded, tuple(p for _, p in rest), raw, ignored.get((sid, a), ()))
+        )
+    for (sid, a), skipped in ignored.items():
+        if (sid, a) not in groups:
+            names = ", ".join(p.name for p in skipped)
+            problems.append(f"{sid}/{a}: no notebook of the assignment, only {names} (skipped)")
     subs.sort(key=lambda s: (s.student, known.index(s.assignment)))
     return subs, problems
 
@@ -137,11 +150,56 @@ def _upload_order(path: Path, assignment: str) -> tuple:
     return (path.stat().st_mtime_ns, path.name == f"{assignment}.ipynb", str(path))
 
 
+@functools.cache
+def release_grade_ids(assignment: str) -> frozenset[str]:
+    """The nbgrader grade ids of the released notebook of `assignment` (empty when none)."""
+    from .pipeline import REPO
+
+    path = REPO / "notebooks" / assignment / f"{assignment}.ipynb"
+    return _grade_ids(path) if path.is_file() else frozenset()
+
+
+def _grade_ids(path: Path) -> frozenset[str]:
+    """The nbgrader grade ids a notebook file carries (empty for any file that is not one)."""
+    try:
+        raw = json.loads(Path(path).read_bytes().decode("utf-8-sig"))
+        cells = raw.get("cells") or [c for ws in raw.get("worksheets", []) for c in ws["cells"]]
+        return frozenset(
+            str(gid)
+            for c in cells
+            if (gid := ((c.get("metadata") or {}).get("nbgrader") or {}).get("grade_id"))
+        )
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        return frozenset()
+
+
+def assignment_notebooks(assignment: str, notebooks: list[Path]) -> tuple[list[Path], list[Path]]:
+    """Of the notebooks in a student's assignment folder, the uploads of the assignment and the
+    notebooks to skip.
+
+    `nbgrader collect` copies the whole folder, so a scratch `Untitled.ipynb` or a notebook of
+    the student's own often lies beside the real one. An upload is a notebook named with the
+    assignment id (`01_x.ipynb`, `01_x (1).ipynb`, `01_x-Copy1.ipynb`); where there is none, a
+    notebook that carries the release's nbgrader cells (renamed by the student). Every other
+    notebook is skipped and named, as nbgrader's "Skipping unknown notebook" does.
+    """
+    named = [nb for nb in notebooks if assignment in nb.stem]
+    if named:
+        return named, [nb for nb in notebooks if nb not in named]
+    ids = release_grade_ids(assignment)
+    carrying = [nb for nb in notebooks if ids & _grade_ids(nb)]
+    return carrying, [nb for nb in notebooks if nb not in carrying]
+
+
 def upload_notes(sub: Submission) -> list[str]:
-    """One line per upload of `sub` that is not graded (older than the graded one)."""
+    """One line per notebook of `sub` that is not graded: older uploads, then scratch notebooks."""
     return [
         f"{OLDER_UPLOAD} {other.name} (graded the newest upload, {sub.path.name})"
         for other in sub.others
+    ] + [
+        f"{IGNORED_FILE} {other.name} (not named {sub.assignment}.ipynb and without its cells; "
+        "nbgrader skips it too)"
+        for other in sub.ignored
     ]
 
 
@@ -151,7 +209,9 @@ def attach_submission_info(results: list[dict], subs: list[Submission]) -> None:
     by_key = {(s.student, s.assignment): s for s in subs}
     for res in results:
         sub = by_key.get((res["student"], res["assignment"]))
-        kept = [p for p in res.get("problems", []) if not p.startswith(OLDER_UPLOAD)]
+        kept = [
+            p for p in res.get("problems", []) if not p.startswith((OLDER_UPLOAD, IGNORED_FILE))
+        ]
         res["problems"] = (upload_notes(sub) if sub else []) + kept
         if sub and sub.name:
             res["name"] = sub.name
@@ -345,20 +405,77 @@ def _dedupe_grade_ids(nb, release) -> list[str]:
 _NBGRADER_KEYS = ("grade", "grade_id", "locked", "points", "schema_version", "solution", "task")
 
 
-def _restore_metadata(nb, release) -> list[str]:
-    """nbgrader metadata of a release cell that was changed (another nbgrader, an editor): put back.
+def _set_type(cell, cell_type: str) -> None:
+    """Make `cell` a cell of `cell_type` as nbformat would have written it."""
+    cell["cell_type"] = cell_type
+    if cell_type == "code":
+        cell.setdefault("outputs", [])
+        cell.setdefault("execution_count", None)
+    else:
+        cell.pop("outputs", None)
+        cell.pop("execution_count", None)
 
-    nbgrader fails the whole notebook on a schema_version it does not know, or a flag it does not
-    expect; the release's metadata is what the cell must carry.
+
+def _points(meta: dict) -> str:
+    try:
+        return f"{float(meta.get('points') or 0):g}"
+    except (TypeError, ValueError):
+        return str(meta.get("points"))
+
+
+def _restore_release_cells(nb, release) -> list[str]:
+    """Every cell that carries nbgrader metadata made what the release says it is.
+
+    nbgrader fails a whole notebook on one cell it cannot reconcile (a test cell turned into
+    markdown with one key: "Inconsistent checksums"; a graded cell the release does not have:
+    "the nbgrader metadata may be corrupted"; a schema_version it does not know), so one cell
+    would cost the student every point. Here, as a fair grader does:
+      - a locked cell of the release (instructions, test cells) gets back the release's type,
+        source and metadata: the student's edit is not graded, the release's cell is;
+      - an answer cell keeps the student's code, with the release's type and metadata;
+      - a cell whose grade id the release does not have (added or pasted from another
+        notebook) loses its nbgrader metadata: it runs as ordinary code, scores nothing, and any
+        points it claims are reported.
     """
-    release_meta = {_grade_id(c): _meta(c) for c in release.cells if _is_nbgrader_cell(c)}
+    by_id = {_grade_id(c): c for c in release.cells if _is_nbgrader_cell(c)}
     notes = []
     for cell in nb.cells:
-        want = release_meta.get(_grade_id(cell)) if _is_nbgrader_cell(cell) else None
-        have = _meta(cell)
-        if want and any(have.get(k) != want.get(k) for k in _NBGRADER_KEYS):
-            cell.metadata["nbgrader"] = copy.deepcopy(want)
-            notes.append(f"cell {_grade_id(cell)}: its nbgrader metadata was changed; restored")
+        meta = _meta(cell)
+        gid = meta.get("grade_id")
+        if not meta:
+            continue
+        rel = by_id.get(gid)
+        if rel is None:
+            del cell.metadata["nbgrader"]
+            if meta.get("grade") or meta.get("points"):
+                notes.append(
+                    f"cell {gid or '(no id)'}: not a cell of the release, but marked as graded "
+                    f"({_points(meta)} points); ignored, its code ran ungraded"
+                )
+            continue
+        want = _meta(rel)
+        changed = []
+        if cell.get("cell_type") != rel.cell_type:
+            changed.append(f"turned into {cell.get('cell_type')}")
+            _set_type(cell, rel.cell_type)
+        if any(meta.get(k) != want.get(k) for k in _NBGRADER_KEYS):
+            changed.append("given other nbgrader metadata")
+        cell.metadata["nbgrader"] = copy.deepcopy(want)
+        if want.get("locked") and not want.get("solution"):
+            if source_text(cell.get("source")) != source_text(rel.source):
+                changed.append("edited")
+            cell["source"] = rel.source
+        if changed:
+            kind = (
+                "test cell"
+                if want.get("grade") and not want.get("solution")
+                else "answer cell"
+                if want.get("solution")
+                else "locked cell"
+            )
+            notes.append(
+                f"cell {gid}: the {kind} was {' and '.join(changed)}; restored from the release"
+            )
     return notes
 
 
@@ -370,7 +487,7 @@ def restore_locked_cells(nb, release) -> list[str]:
     that appear twice are first made single (see _dedupe_grade_ids), as nbgrader needs.
     """
     _dedupe_grade_ids(nb, release)
-    _restore_metadata(nb, release)
+    _restore_release_cells(nb, release)
     present = {_grade_id(c) for c in nb.cells}
     restored = []
     order = [_grade_id(c) for c in release.cells]
@@ -396,20 +513,45 @@ def restore_locked_cells(nb, release) -> list[str]:
 def prepare(nb, release) -> list[str]:
     """Repair what tooling did to an honest student's notebook; one line per repair.
 
-    Cell ids made unique, grade ids that appear twice made single (_dedupe_grade_ids), changed
-    nbgrader metadata of release cells put back, deleted locked cells restored. The notebook is
+    Cell ids made unique, grade ids that appear twice made single (_dedupe_grade_ids), the
+    release's cells restored and cells it does not have ungraded (_restore_release_cells),
+    deleted locked cells put back. The notebook is
     changed in place; what the student wrote is kept.
     """
     notes = []
     if unique_cell_ids(nb):
         notes.append("cells had the id of another cell (a cell copied and pasted); gave new ids")
     notes += _dedupe_grade_ids(nb, release)
-    notes += _restore_metadata(nb, release)
+    notes += _restore_release_cells(nb, release)
     notes += [
         f"cell {gid}: locked cell was deleted; restored from the release"
         for gid in restore_locked_cells(nb, release)
     ]
     return notes
+
+
+def _editable_code(nb) -> list[str]:
+    """The sources of the code cells a student may edit (answer cells and cells of their own),
+    stripped, without the empty ones."""
+    found = []
+    for cell in nb.cells:
+        meta = _meta(cell)
+        if cell.get("cell_type") != "code" or (meta.get("locked") and not meta.get("solution")):
+            continue
+        text = source_text(cell.get("source")).strip()
+        if text:
+            found.append(text)
+    return found
+
+
+def is_untouched(nb, release) -> bool:
+    """True when the student wrote no code: every code cell they may edit is as released.
+
+    Run after `prepare` (which restores the release's locked cells); outputs, markdown and
+    cell order are not looked at, so a notebook that was only opened, run and saved is
+    untouched, and one with a single line of the student's own is not.
+    """
+    return _editable_code(nb) == _editable_code(release)
 
 
 # ---------------------------------------------------------------------------------------------

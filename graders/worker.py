@@ -27,7 +27,13 @@ from course_utils.checks._core import misconception_slug
 
 from . import pipeline, student_build
 from .execute import KERNEL_DIED, NOT_STOPPED, TIMED_OUT
-from .submissions import cause_line, find_tampering, read_submission, truncate_outputs
+from .submissions import (
+    cause_line,
+    find_tampering,
+    is_untouched,
+    read_submission,
+    truncate_outputs,
+)
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -87,6 +93,7 @@ def grade_one(job: dict) -> dict:
         result.update(status="invalid-notebook", problems=[str(exc)])
         return _finish(result, start, out)
     result["problems"] += repairs
+    untouched = is_untouched(nb, release)
     tampering = find_tampering(nb)
     pipeline.submit(scratch, student, assignment, nb)
     if job.get("sandbox", True):  # the kernel imports course_utils with every answer a stub
@@ -135,6 +142,8 @@ def grade_one(job: dict) -> dict:
                 f"cell {gid}: ran past the time limit and ignored the interrupt; the kernel was "
                 "stopped, later cells scored 0"
             )
+    if untouched:  # the released notebook came back with no code of the student's
+        result["status"] = "untouched"
     if tampering:  # the scores stand (computed in this process); the instructor takes a look
         result["status"] = "needs-review"
         result["problems"] += [

@@ -26,11 +26,13 @@ import pytest
 from graders import bank, pipeline, similarity
 from graders.report import fallback_feedback, finalize
 from graders.submissions import (
+    IGNORED_FILE,
     OLDER_UPLOAD,
     attach_submission_info,
     cause_line,
     discover,
     find_tampering,
+    is_untouched,
     one_line,
     prepare,
     read_notebook,
@@ -206,9 +208,85 @@ def test_changed_nbgrader_metadata_and_a_deleted_test_cell_are_put_back():
     nb.cells.remove(next(c for c in nb.cells if _gid(c) == other.tests[0]))
     notes = prepare(nb, _release())
     assert cell.metadata["nbgrader"]["schema_version"] == 3
-    assert f"cell {ex.tests[0]}: its nbgrader metadata was changed; restored" in notes
+    assert (
+        f"cell {ex.tests[0]}: the test cell was given other nbgrader metadata; restored from the "
+        "release"
+    ) in notes
     assert f"cell {other.tests[0]}: locked cell was deleted; restored from the release" in notes
     assert [_gid(c) for c in nb.cells if _gid(c)] == [_gid(c) for c in _release().cells if _gid(c)]
+
+
+def test_a_test_cell_turned_into_markdown_is_graded_as_released():
+    ex = _first_exercise()
+    nb = pipeline.solved_notebook(A)
+    i = next(i for i, c in enumerate(nb.cells) if _gid(c) == ex.tests[0])
+    test = nb.cells[i]
+    # what Jupyter's "M" key makes of a code cell: markdown, same source, id and metadata
+    nb.cells[i] = nbformat.v4.new_markdown_cell(test.source, metadata=test.metadata, id=test.id)
+    notes = prepare(nb, _release())
+    assert nb.cells[i].cell_type == "code" and nb.cells[i].outputs == []
+    assert source_text(nb.cells[i].source) == source_text(test.source)
+    assert (
+        f"cell {ex.tests[0]}: the test cell was turned into markdown; restored from the release"
+        in notes
+    )
+
+
+def test_an_edited_test_cell_gets_the_release_source_back():
+    ex = _first_exercise()
+    nb = pipeline.solved_notebook(A)
+    cell = next(c for c in nb.cells if _gid(c) == ex.tests[0])
+    released = source_text(cell.source)
+    cell.source = "pass  # the student emptied the test"
+    notes = prepare(nb, _release())
+    assert source_text(cell.source) == released
+    assert f"cell {ex.tests[0]}: the test cell was edited; restored from the release" in notes
+
+
+def test_an_answer_cell_turned_into_markdown_runs_its_code():
+    ex = _first_exercise()
+    nb = pipeline.solved_notebook(A)
+    i = next(i for i, c in enumerate(nb.cells) if _gid(c) == ex.answer)
+    answer = nb.cells[i]
+    nb.cells[i] = nbformat.v4.new_markdown_cell(answer.source, metadata=answer.metadata)
+    notes = prepare(nb, _release())
+    assert nb.cells[i].cell_type == "code"
+    assert source_text(nb.cells[i].source) == source_text(answer.source)  # the student's code
+    assert any(n.startswith(f"cell {ex.answer}: the answer cell was turned into") for n in notes)
+
+
+def test_a_cell_the_release_does_not_have_is_not_graded():
+    nb = pipeline.solved_notebook(A)
+    test = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade"))
+    claim = dict(test.metadata["nbgrader"], grade_id="bonus", points=100)
+    nb.cells.append(nbformat.v4.new_code_cell("assert True", metadata={"nbgrader": claim}))
+    nb.cells.append(nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": {"grade": True}}))
+    notes = prepare(nb, _release())
+    assert "nbgrader" not in nb.cells[-1].metadata and "nbgrader" not in nb.cells[-2].metadata
+    assert [n for n in notes if "not a cell of the release" in n] == [
+        "cell bonus: not a cell of the release, but marked as graded (100 points); ignored, its "
+        "code ran ungraded",
+        "cell (no id): not a cell of the release, but marked as graded (0 points); ignored, its "
+        "code ran ungraded",
+    ]
+    ids = [_gid(c) for c in nb.cells if _gid(c)]
+    assert ids == [_gid(c) for c in _release().cells if _gid(c)]
+
+
+def test_untouched_means_no_code_of_the_students():
+    release = _release()
+    nb = copy.deepcopy(release)
+    prepare(nb, release)
+    assert is_untouched(nb, release)
+    ran = copy.deepcopy(release)  # opened, run and saved: outputs do not count
+    for cell in ran.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [nbformat.v4.new_output("stream", text="x\n")]
+    assert is_untouched(ran, release)
+    mine = copy.deepcopy(release)
+    mine.cells.append(nbformat.v4.new_code_cell("print('trying something')"))
+    assert not is_untouched(mine, release)
+    assert not is_untouched(pipeline.solved_notebook(A), release)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,6 +374,43 @@ def test_of_several_uploads_the_newest_is_graded(tmp_path):
         "cell x: something",
     ]
     assert results[0]["name"] == "José"
+
+
+def test_a_scratch_notebook_beside_the_answer_is_skipped_and_named(tmp_path):
+    folder = tmp_path / "submitted" / "agarcia" / A
+    _age(_write(folder / f"{A}.ipynb", pipeline.solved_notebook(A)), 600)
+    # saved later in the same folder: a new notebook, and a copy saved under another name
+    _write(folder / "Untitled.ipynb", nbformat.v4.new_notebook())
+    _write(
+        folder / "scratch.ipynb", nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
+    )
+    (folder / "timestamp.txt").write_text("2026-12-04 10:00:00.000000 UTC")
+    (folder / ".ipynb_checkpoints").mkdir()
+    _write(folder / ".ipynb_checkpoints" / f"{A}-checkpoint.ipynb", _release())
+    subs, problems = discover(tmp_path, ASSIGNMENTS)
+    (sub,) = subs
+    assert problems == [] and sub.path.name == f"{A}.ipynb" and sub.others == ()
+    assert sorted(p.name for p in sub.ignored) == ["Untitled.ipynb", "scratch.ipynb"]
+    results = [{"student": "agarcia", "assignment": A, "problems": []}]
+    attach_submission_info(results, subs)
+    assert [p.split(" (")[0] for p in results[0]["problems"]] == [
+        f"{IGNORED_FILE} Untitled.ipynb",
+        f"{IGNORED_FILE} scratch.ipynb",
+    ]
+
+
+def test_a_renamed_notebook_with_the_assignments_cells_is_graded(tmp_path):
+    folder = tmp_path / "submitted" / "bchen" / A
+    _write(folder / "my work.ipynb", pipeline.solved_notebook(A))
+    _write(folder / "Untitled.ipynb", nbformat.v4.new_notebook())
+    (sub,), problems = discover(tmp_path, ASSIGNMENTS)
+    assert problems == [] and sub.path.name == "my work.ipynb"
+    assert [p.name for p in sub.ignored] == ["Untitled.ipynb"]
+    only_scratch = tmp_path / "other" / "submitted" / "cdiaz" / A
+    _write(only_scratch / "Untitled.ipynb", nbformat.v4.new_notebook())
+    subs, problems = discover(tmp_path / "other", ASSIGNMENTS)
+    assert subs == []
+    assert problems == [f"cdiaz/{A}: no notebook of the assignment, only Untitled.ipynb (skipped)"]
 
 
 def test_flat_lms_export_is_understood(tmp_path):
