@@ -165,7 +165,8 @@ def test_a_scratch_notebook_is_skipped_not_graded(klass):
     res = _result(klass, "agarcia", A1)
     assert res["status"] == "graded" and res["score"] == _points(A1)
     assert any(
-        p.startswith(f"{IGNORED_FILE} Untitled.ipynb") for p in klass_problems(klass, "agarcia")
+        p.startswith(f"{A1}: {IGNORED_FILE} Untitled.ipynb")
+        for p in klass_problems(klass, "agarcia")
     )
 
 
