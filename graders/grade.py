@@ -169,7 +169,7 @@ def grade(
     course = None  # the nbgrader course directory that receives the verdicts
     if course_dir is not None or gradebook is not None:
         course = Path(course_dir).resolve() if course_dir is not None else out / "nbgrader"
-    subs, problems = discover(path, known, assignment)
+    subs, problems = discover(path, known, assignment, people)
     if not subs:
         raise ValueError(f"no submissions found under {path} (see `python -m graders grade -h`)")
     wanted = sorted({s.assignment for s in subs}, key=known.index)

@@ -81,9 +81,17 @@ def _flat_name(stem: str, assignment: str) -> str:
 
 
 def discover(
-    path: Path, known: list[str], assignment: str | None = None
+    path: Path, known: list[str], assignment: str | None = None, roster: dict | None = None
 ) -> tuple[list[Submission], list[str]]:
-    """All submissions under `path` and a list of problems (files that could not be placed)."""
+    """All submissions under `path` and a list of problems (files that could not be placed).
+
+    A Canvas or Moodle download (a .zip, a folder of them, or unzipped) is read by graders.lms,
+    which maps each file to one student through `roster` ({student: exports.Person}).
+    """
+    from . import lms
+
+    if (found := lms.discover(Path(path), known, assignment, roster)) is not None:
+        return found
     path = Path(path)
     if not path.is_dir():
         raise ValueError(f"PATH must be a folder of submissions, got {path}")
@@ -138,8 +146,9 @@ def _upload_order(path: Path, assignment: str) -> tuple:
 
 
 def upload_notes(sub: Submission) -> list[str]:
-    """One line per upload of `sub` that is not graded (older than the graded one)."""
-    return [
+    """One line per upload of `sub` that is not graded (older than the graded one), after the
+    notes of an LMS download (graders.lms: submitted late, not in the roster)."""
+    return [*getattr(sub, "notes", ())] + [
         f"{OLDER_UPLOAD} {other.name} (graded the newest upload, {sub.path.name})"
         for other in sub.others
     ]
@@ -151,8 +160,11 @@ def attach_submission_info(results: list[dict], subs: list[Submission]) -> None:
     by_key = {(s.student, s.assignment): s for s in subs}
     for res in results:
         sub = by_key.get((res["student"], res["assignment"]))
-        kept = [p for p in res.get("problems", []) if not p.startswith(OLDER_UPLOAD)]
-        res["problems"] = (upload_notes(sub) if sub else []) + kept
+        notes = upload_notes(sub) if sub else []
+        kept = [
+            p for p in res.get("problems", []) if not p.startswith(OLDER_UPLOAD) and p not in notes
+        ]
+        res["problems"] = notes + kept
         if sub and sub.name:
             res["name"] = sub.name
 
