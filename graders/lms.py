@@ -113,6 +113,9 @@ def nfc(text: str) -> str:
 
 
 _CANVAS_IDS = re.compile(r"(?:^|_)(anon_[0-9A-Za-z]+|\d+)_(\d+)_")
+_CANVAS_TEXT = re.compile(
+    r"^(?P<head>\w*?)_?(?P<key>anon_[0-9A-Za-z]+|\d+)_(?P<kind>text|link)\.html$"
+)
 
 
 def parse_canvas(name: str) -> Upload | None:
@@ -121,15 +124,18 @@ def parse_canvas(name: str) -> Upload | None:
     if "/" in name:
         return None
     m = _CANVAS_IDS.search(name)
-    if m is None or m.end() >= len(name):
+    if m is not None and m.end() < len(name):
+        head, key, filename, plugin = name[: m.start()], m[1], name[m.end() :], "file"
+    elif m := _CANVAS_TEXT.match(name):  # a text entry or a link: no file
+        head, key, filename, plugin = m["head"], m["key"], f"{m['kind']}.html", "onlinetext"
+    else:
         return None
-    head = name[: m.start()]
     late = head.endswith("LATE")
     if late:
         head = head[:-4].rstrip("_")
     if not re.fullmatch(r"\w*", head) or head != head.lower():  # Canvas keeps lowercase \w only
         return None
-    return Upload("canvas", head, m[1], late, name[m.end() :])
+    return Upload("canvas", head, key, late, filename, plugin)
 
 
 _MOODLE = re.compile(
@@ -196,6 +202,7 @@ class _Entry:
     size: int
     source: Path  # the zip or the folder
     info: zipfile.ZipInfo | None = None  # None: a file of a folder
+    file: Path | None = None  # the file of a folder (its name as on disk, maybe NFD)
 
 
 def _member_name(info: zipfile.ZipInfo) -> str:
@@ -241,7 +248,7 @@ def _folder_entries(path: Path) -> list[_Entry]:
         if not file.is_file() or any(p.startswith(".") for p in rel.parts) or file.suffix == ".zip":
             continue
         st = file.stat()
-        entries.append(_Entry(nfc(rel.as_posix()), (st.st_mtime_ns,), st.st_size, path))
+        entries.append(_Entry(nfc(rel.as_posix()), (st.st_mtime_ns,), st.st_size, path, None, file))
     return entries
 
 
@@ -274,8 +281,8 @@ class _Extractor:
         self.folders: dict[Path, str] = {}  # a zip -> its folder under root
 
     def path(self, entry: _Entry) -> Path:
-        if entry.info is None:
-            return entry.source / entry.name
+        if entry.file is not None:
+            return entry.file
         if self.root is None:
             self.root = Path(tempfile.mkdtemp(prefix="graders-lms-"))
             atexit.register(shutil.rmtree, self.root, True)
@@ -499,7 +506,7 @@ def _submissions(path, groups, known, assignment, roster, problems, max_bytes):
         if up.plugin == "file" and up.filename.endswith(".ipynb"):
             a, copy = assignment_of(up.filename, known, assignment)
         if a is None or (assignment is not None and a != assignment):
-            unmatched.setdefault((up.lms, up.key), []).append(up.filename)
+            unmatched.setdefault((up.lms, up.key), []).append(e.name)
             continue
         if up.lms == "canvas":  # highest -N, then the newest file id
             file_id = int(_CANVAS_IDS.search(e.name)[2])
