@@ -1,8 +1,9 @@
-"""Grades as files an LMS imports: Canvas's and Moodle's gradebook CSV.
+"""Grades as files an LMS imports: Canvas's and Moodle's gradebook CSV, Moodle's grading worksheet.
 
     python -m graders grade PATH --export canvas,moodle [--roster roster.csv]
 
-writes grades_canvas.csv and grades_moodle.csv beside grades.csv. One row per student, one
+writes grades_canvas.csv and grades_moodle.csv beside grades.csv, and with moodle, for a Moodle
+download, grades_moodle-worksheet_<assignment>.csv too. One row per student, one
 column per assignment; a student with no submission for an assignment gets an empty cell (both
 LMSs leave an empty cell's grade as it is). With --course-dir the scores are the gradebook's, so
 a manual score set in Formgrader is the one exported.
@@ -23,6 +24,23 @@ grade column to a grade item (MoodleDocs, "Grade import"). Moodle warns that imp
 overwrites the grades linked to that item, so each assignment's feedback column comes with its
 grade column (`<assignment>` and `<assignment> (feedback)`).
 
+Moodle, one assignment (Assignment > View all submissions > Grading action "Upload grading
+worksheet", the assignfeedback_offline plugin), written by --export moodle beside the gradebook
+CSV: when PATH was Moodle's "Download all submissions", each file name holds the student's
+participant id (graders/lms.py), and the assignment's own offline grading worksheet keyed by it
+is the most faithful import: no user field to map, no name to match.
+grades_moodle-worksheet_<assignment>.csv has the worksheet's columns (Moodle's "Download grading
+worksheet": `Identifier, Full name, Email address, Status, Grade, Maximum Grade, Grade can be
+changed, Last modified (submission), Last modified (grade), Feedback comments`), one row per
+student with a participant id. Moodle's importer (mod/assign/feedback/offline/importgradeslib.php)
+needs `Identifier` = `Participant <id>` (the string `hiddenuser`, "Participant ", then the id),
+`Grade` and `Last modified (grade)`: a row whose date is more than a minute older than the grade
+in Moodle is skipped unless "Allow updating records that have been modified more recently in
+Moodle than in the spreadsheet" is ticked, so the date written is the export's (ISO 8601 with its
+UTC offset, which PHP's strtotime reads). `Feedback comments` is the column of the
+assignfeedback_comments plugin. Moodle skips a grade above the assignment's maximum there: give
+the Moodle assignment the notebook's maximum (the `Maximum Grade` column).
+
 A student maps to the LMS through an optional roster CSV (--roster), one row per student:
     student   the grader's student id (required; as in grades.csv)
     name      the name shown in the LMS (Canvas: "Last, First")      (optional)
@@ -32,13 +50,15 @@ A student maps to the LMS through an optional roster CSV (--roster), one row per
     section   Canvas: the section                                    (optional)
     email     Moodle: the email address                              (optional)
 Without a roster, or for a student the roster lacks, the grader's student id is the identifier:
-Canvas's SIS User ID and SIS Login ID, Moodle's ID number and Username.
+Canvas's SIS User ID and SIS Login ID, Moodle's ID number and Username; Canvas's ID is the
+roster's lms_id, else the Canvas user id in the name of the file graded (a Canvas download).
 """
 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 KINDS = ("canvas", "moodle")
@@ -139,6 +159,9 @@ class Table:
     max_score: dict[str, float]
     scores: dict[tuple[str, str], float]
     notes: dict[tuple[str, str], str]
+    # the student's key in the LMS the graded file came from (graders.lms.identify):
+    canvas_ids: dict[str, str] = field(default_factory=dict)  # student -> Canvas user id
+    participants: dict[tuple[str, str], str] = field(default_factory=dict)  # -> Moodle participant
 
 
 def table(
@@ -149,10 +172,17 @@ def table(
 ) -> Table:
     """The export's content from the grader's results; `final` (gradebook.final_scores) replaces
     the grader's score of each submission it holds."""
+    from .lms import identify
+
     students = sorted({r["student"] for r in results})
-    names, scores, notes = {}, {}, {}
+    names, scores, notes, canvas_ids, participants = {}, {}, {}, {}, {}
     for r in results:
         key = (r["student"], r["assignment"])
+        found = identify(r.get("source", ""))
+        if found is not None and found.lms == "canvas" and found.key.isdigit():
+            canvas_ids.setdefault(r["student"], found.key)
+        elif found is not None and found.lms == "moodle":
+            participants[key] = found.key
         names.setdefault(r["student"], r.get("name") or r["student"])
         score = float(r["score"])
         if final and key in final:
@@ -172,6 +202,8 @@ def table(
         {a: float(max_score.get(a, 0.0)) for a in assignments},
         scores,
         notes,
+        canvas_ids,
+        participants,
     )
 
 
@@ -212,11 +244,12 @@ def write_canvas(tab: Table, path: Path, roster: dict[str, Person] | None = None
         )
         for s in tab.students:
             p = _person(s, tab, roster)
-            sis_id = p.sis_id or ("" if p.lms_id else s)
+            sis_id = p.sis_id or ("" if p.lms_id or s in tab.canvas_ids else s)
             scores = [
                 _num(tab.scores[(s, a)]) if (s, a) in tab.scores else "" for a in tab.assignments
             ]
-            w.writerow([p.name or s, p.lms_id, sis_id, p.login or s, p.section, *scores])
+            lms_id = p.lms_id or tab.canvas_ids.get(s, "")
+            w.writerow([p.name or s, lms_id, sis_id, p.login or s, p.section, *scores])
     return Path(path)
 
 
@@ -235,11 +268,67 @@ def write_moodle(tab: Table, path: Path, roster: dict[str, Person] | None = None
     return Path(path)
 
 
+WORKSHEET = (
+    "Identifier",
+    "Full name",
+    "Email address",
+    "Status",
+    "Grade",
+    "Maximum Grade",
+    "Grade can be changed",
+    "Last modified (submission)",
+    "Last modified (grade)",
+    "Feedback comments",
+)
+PARTICIPANT = "Participant "  # Moodle's string hiddenuser, which the importer strips
+
+
+def write_moodle_worksheet(
+    tab: Table, out: Path, roster: dict[str, Person] | None = None
+) -> list[Path]:
+    """grades_moodle-worksheet_<assignment>.csv for each assignment with a student whose Moodle
+    participant id is known; students without one are left out (Moodle could not place them)."""
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    paths = []
+    for a in tab.assignments:
+        rows = [s for s in tab.students if (s, a) in tab.participants and (s, a) in tab.scores]
+        if not rows:
+            continue
+        path = Path(out) / f"grades_moodle-worksheet_{a}.csv"
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(WORKSHEET)
+            for s in rows:
+                p = _person(s, tab, roster)
+                w.writerow(
+                    [
+                        f"{PARTICIPANT}{tab.participants[(s, a)]}",
+                        p.name or s,
+                        p.email,
+                        "Submitted for grading",
+                        _num(tab.scores[(s, a)]),
+                        _num(tab.max_score[a]),
+                        "Yes",
+                        "",
+                        when,
+                        tab.notes.get((s, a), ""),
+                    ]
+                )
+        paths.append(path)
+    return paths
+
+
 WRITERS = {"canvas": write_canvas, "moodle": write_moodle}
 
 
 def write(
     kinds: list[str], tab: Table, out: Path, roster: dict[str, Person] | None = None
 ) -> list[Path]:
-    """Write grades_<kind>.csv into `out` for each kind; returns the files."""
-    return [WRITERS[k](tab, Path(out) / f"grades_{k}.csv", roster) for k in kinds]
+    """Write grades_<kind>.csv into `out` for each kind (and for moodle the grading worksheets,
+    write_moodle_worksheet); returns the files."""
+    paths = []
+    for k in kinds:
+        paths.append(WRITERS[k](tab, Path(out) / f"grades_{k}.csv", roster))
+        if k == "moodle":  # and the worksheet of each assignment, where a download gave ids
+            paths += write_moodle_worksheet(tab, out, roster)
+    return paths

@@ -179,7 +179,7 @@ def grade(
     course = None  # the nbgrader course directory that receives the verdicts
     if course_dir is not None or gradebook is not None:
         course = Path(course_dir).resolve() if course_dir is not None else out / "nbgrader"
-    subs, problems = discover(path, known, assignment)
+    subs, problems = discover(path, known, assignment, people)
     if not subs:
         raise ValueError(f"no submissions found under {path} (see `python -m graders grade -h`)")
     wanted = sorted({s.assignment for s in subs}, key=known.index)
@@ -241,7 +241,8 @@ def grade(
     shutil.rmtree(out / ".work", ignore_errors=True)
     attach_submission_info(results, subs)  # names as found, older uploads not graded
     for res in results if people is not None else []:
-        if res["student"] not in people:
+        said = any(p.startswith(NOT_ROSTERED.split(":")[0]) for p in res["problems"])
+        if res["student"] not in people and not said:  # (an LMS download says it with its ids)
             res["problems"].append(NOT_ROSTERED)
     results += missing_results(results, wanted, max_score, people)
     results.sort(key=lambda r: (r["student"], known.index(r["assignment"])))

@@ -43,6 +43,7 @@ class Submission:
     others: tuple[Path, ...] = ()  # the other uploads of this student for this assignment
     name: str = ""  # the student's name as the folder or file name gave it
     ignored: tuple[Path, ...] = ()  # other notebooks in the folder: not this assignment's (scratch)
+    notes: tuple[str, ...] = ()  # lines for this student's problems (an LMS's: late, not rostered)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -84,9 +85,17 @@ def _flat_name(stem: str, assignment: str) -> str:
 
 
 def discover(
-    path: Path, known: list[str], assignment: str | None = None
+    path: Path, known: list[str], assignment: str | None = None, roster: dict | None = None
 ) -> tuple[list[Submission], list[str]]:
-    """All submissions under `path` and a list of problems (files that could not be placed)."""
+    """All submissions under `path` and a list of problems (files that could not be placed).
+
+    A Canvas or Moodle download (a .zip, a folder of them, or unzipped) is read by graders.lms,
+    which maps each file to one student through `roster` ({student: exports.Person}).
+    """
+    from . import lms
+
+    if (found := lms.discover(Path(path), known, assignment, roster)) is not None:
+        return found
     path = Path(path)
     if not path.is_dir():
         raise ValueError(f"PATH must be a folder of submissions, got {path}")
@@ -192,15 +201,20 @@ def assignment_notebooks(assignment: str, notebooks: list[Path]) -> tuple[list[P
 
 
 def upload_notes(sub: Submission) -> list[str]:
-    """One line per notebook of `sub` that is not graded: older uploads, then scratch notebooks."""
-    return [
-        f"{OLDER_UPLOAD} {other.name} (graded the newest upload, {sub.path.name})"
-        for other in sub.others
-    ] + [
-        f"{IGNORED_FILE} {other.name} (not named {sub.assignment}.ipynb and without its cells; "
-        "nbgrader skips it too)"
-        for other in sub.ignored
-    ]
+    """One line per notebook of `sub` that is not graded, after the notes of an LMS download
+    (graders.lms: submitted late, not in the roster): older uploads, then scratch notebooks."""
+    return (
+        [*sub.notes]
+        + [
+            f"{OLDER_UPLOAD} {other.name} (graded the newest upload, {sub.path.name})"
+            for other in sub.others
+        ]
+        + [
+            f"{IGNORED_FILE} {other.name} (not named {sub.assignment}.ipynb and without its cells; "
+            "nbgrader skips it too)"
+            for other in sub.ignored
+        ]
+    )
 
 
 def attach_submission_info(results: list[dict], subs: list[Submission]) -> None:
@@ -209,10 +223,13 @@ def attach_submission_info(results: list[dict], subs: list[Submission]) -> None:
     by_key = {(s.student, s.assignment): s for s in subs}
     for res in results:
         sub = by_key.get((res["student"], res["assignment"]))
+        notes = upload_notes(sub) if sub else []
         kept = [
-            p for p in res.get("problems", []) if not p.startswith((OLDER_UPLOAD, IGNORED_FILE))
+            p
+            for p in res.get("problems", [])
+            if not p.startswith((OLDER_UPLOAD, IGNORED_FILE)) and p not in notes
         ]
-        res["problems"] = (upload_notes(sub) if sub else []) + kept
+        res["problems"] = notes + kept
         if sub and sub.name:
             res["name"] = sub.name
 
