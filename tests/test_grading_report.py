@@ -12,6 +12,7 @@ test prints (under pytest's tmp_path).
 
 from __future__ import annotations
 
+import base64
 import copy
 import csv
 import importlib.util
@@ -160,7 +161,10 @@ def test_the_page_holds_summary_scores_exercises_problems_and_review(made_up):
     zoe = page.split('<tr data-student="Zoë">')[1].split("</tr>")[0]
     assert 'class="score none"' in zoe and "0 / 3" in zoe  # no 01 submission; total 0 of 3
     evil = page.split('<tr data-student="evil-1a2b3c4d">')[1].split("</tr>")[0]
-    assert 'class="num total" data-sort="3.000000">3 / 7</td>' in evil  # 0 of 4, 3 of 3
+    assert 'class="num total" data-sort="3.000000">3 / 7 ' in evil  # 0 of 4, 3 of 3
+    assert f'<span class="pct">{100 * 3 / 7:.0f}%</span>' in evil
+    # a total is out of the whole course's points, whatever the student sent
+    assert 'class="num total" data-sort="0.000000">0 / 7 ' in zoe
     # exercises: the pass rate, the checks' words for a known slug, the slug alone otherwise
     known = misconceptions.catalogue().find("no-rescale", A1)
     assert known is not None and known.title in text and known.explanation in text
@@ -172,9 +176,11 @@ def test_the_page_holds_summary_scores_exercises_problems_and_review(made_up):
     assert "a class-level problem <i>x</i>" in text
     # needs review: the flagged line (as text) and a link to that feedback page
     assert "np.allclose = lambda *a: '<img src=x onerror=alert(1)>'" in text
-    # the figures are inline SVG
-    svgs = [a["src"] for t, a in doc.tags if t == "img"]
-    assert len(svgs) == 3 and all(s.startswith("data:image/svg+xml;base64,") for s in svgs)
+    # the figures are inline, the same PNG bytes as the files report.md shows
+    pngs = [a["src"] for t, a in doc.tags if t == "img"]
+    assert len(pngs) == 3 and all(s.startswith("data:image/png;base64,") for s in pngs)
+    files = {base64.b64encode(p.read_bytes()).decode() for p in out.glob("*.png")}
+    assert {s.split(",", 1)[1] for s in pngs} == files
     # report.md and the printed summary stay
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "Pass rate per exercise" in md and lines[0] == "Graded 5 notebooks of 4 students."
@@ -188,7 +194,7 @@ def test_student_strings_are_escaped(made_up):
     assert len(scripts) == 1  # the page's own sorting code, nothing a student wrote
     for raw in (EVIL, "<b>bold</b>", "<i>x</i>", "<img src=x onerror=alert(1)>"):
         assert raw not in page  # never as markup
-    assert all(a["src"].startswith("data:image/svg+xml") for t, a in doc.tags if t == "img")
+    assert all(a["src"].startswith("data:image/png") for t, a in doc.tags if t == "img")
     handlers = [(t, k) for t, a in doc.tags for k in a if k.startswith("on")]
     assert handlers == []
     text = doc.all_text()
@@ -480,4 +486,4 @@ def test_figures_of_a_class_without_misconceptions_or_cells():
     for pass_rates, per_exercise in (({("01", "c"): (1, 2)}, {}), ({}, {})):
         figs = report._figures(results, ["01"], pass_rates, per_exercise)
         assert set(figs) == {"scores", "pass", "miscs"}
-        assert all(b"<svg" in report._svg(f) for f in figs.values())
+        assert all(report._png(f).startswith(b"\x89PNG\r\n\x1a\n") for f in figs.values())
