@@ -87,14 +87,15 @@ def _name_of(grade_id: str) -> str:
 def exercise_outline(assignment: str, root: Path = pipeline.REPO) -> tuple[Exercise, ...]:
     """The graded test cells of the release notebook notebooks/<a>/<a>.ipynb in its order: id,
     title and points (nbgrader's metadata). The title is the last heading (or bold lead) in the
-    markdown since the graded cell before, else the exercise's name. () when there is no
+    markdown since the graded cell before; with none, the heading before that with the
+    exercise's name ("Quick check 2 (quick merged lse)"), else the name alone. () when there is no
     release notebook (the report then lists the cells it finds in the results)."""
     path = Path(root) / "notebooks" / assignment / f"{assignment}.ipynb"
     try:
         nb = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return ()
-    outline, since = [], []
+    outline, since, last = [], [], ""
     for cell in nb.get("cells", []):
         source = cell.get("source", "")
         source = "".join(source) if isinstance(source, list) else str(source)
@@ -103,7 +104,11 @@ def exercise_outline(assignment: str, root: Path = pipeline.REPO) -> tuple[Exerc
             since += _headings(source)
         elif meta.get("grade") and not meta.get("solution") and meta.get("grade_id"):
             gid = meta["grade_id"]
-            outline.append(Exercise(gid, since[-1] if since else _name_of(gid), _points(meta)))
+            if since:
+                title = last = since[-1]
+            else:  # a second graded cell under one heading: the heading and the cell's name
+                title = f"{last} ({_name_of(gid)})" if last else _name_of(gid)
+            outline.append(Exercise(gid, title, _points(meta)))
             since = []
     return tuple(outline)
 
