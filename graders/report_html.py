@@ -376,7 +376,7 @@ def _exercises(results, pass_rates, catalogue, names, figures, outline, items) -
         stats = (
             f'<span class="rate">{ok}/{n} full marks ({pct:.0f}%)</span>'
             if n
-            else '<span class="rate">not graded for anyone</span>'
+            else '<span class="rate">not graded</span>'
         )
         extra = (
             f'<span class="item">mean {fmt_share(it.difficulty)} &middot; '
@@ -690,6 +690,8 @@ align-items:center}
 .ex-name{overflow-wrap:anywhere;justify-self:start}
 .ex-title small{display:block;color:var(--muted)}.ex-title .pts{color:var(--muted);font-size:.85rem}
 .item{font-variant-numeric:tabular-nums;color:var(--muted);font-size:.9rem}
+#items-table td:nth-child(2){white-space:normal;min-width:14rem}
+#items-table td:nth-child(2) code{display:block;width:fit-content}
 .top-miscs li{margin:.4rem 0}.top-miscs .why,.top-miscs .detail{margin:.1rem 0}
 .rate{font-variant-numeric:tabular-nums;color:var(--muted);font-size:.9rem}
 .bar{display:block;height:.7rem;background:var(--zero);border-radius:4px;overflow:hidden}
