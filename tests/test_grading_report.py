@@ -323,9 +323,12 @@ def _expected_summary(out: Path, results: list[dict]) -> dict[str, dict[str, str
     expected = {}
     for a in (A1, A2):
         scores = [float(r[a]) for r in rows if r[a] != ""]
+        missing = sum(r["assignment"] == a and r["status"] == "missing" for r in results)
         expected[a] = {
-            "submissions": str(len(scores)),
+            "submissions": str(len(scores) - missing),
+            "missing": str(missing),
             "mean": f"{statistics.mean(scores):.2f}",
+            "mean-pct": f"{100 * statistics.mean(scores) / points[a]:.0f}%",
             "median": f"{statistics.median(scores):g}",
             "full": str(sum(s >= points[a] for s in scores)),
             "max": f"{points[a]:g}",
