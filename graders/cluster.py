@@ -212,7 +212,7 @@ def run(
         n = len(client.scheduler_info().get("workers", {}))
         where = f"the cluster at {scheduler} ({n} worker{'s' if n != 1 else ''} now)"
     try:
-        link = client.dashboard_link if _has_dashboard() else None
+        link = dashboard_link(client, cluster) if _has_dashboard() else None
         if progress:
             say(
                 f"grading {len(jobs)} notebooks on {where}"
@@ -250,6 +250,22 @@ def run(
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def dashboard_link(client, cluster=None) -> str | None:
+    """The dashboard's address as it really listens. A local cluster's dashboard listens on
+    127.0.0.1 only (see _local_cluster), while dask's own link names the machine's network
+    address, which does not open; a remote scheduler's link is dask's."""
+    if cluster is None:
+        return client.dashboard_link
+    from distributed.utils import format_dashboard_link
+
+    port = client.scheduler_info().get("services", {}).get("dashboard")
+    if not port:
+        return None
+    options = getattr(cluster, "scheduler_spec", {}).get("options", {})
+    host = str(options.get("dashboard_address") or "127.0.0.1:0").rpartition(":")[0]
+    return format_dashboard_link(host or "127.0.0.1", port)
 
 
 def _has_dashboard() -> bool:

@@ -123,7 +123,10 @@ def from_source(module_name: str, root: Path = pipeline.REPO) -> list[Known]:
     """The tags written inline in a module's string constants: the words before the tag are the
     title ("that adds the chunks' averages [misconception: normalize-then-add]")."""
     path = root / "course_utils" / "checks" / f"{module_name}.py"
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    text = path.read_text(encoding="utf-8")
+    if "[misconception:" not in text:  # no tag written inline: nothing to parse
+        return []
+    tree = ast.parse(text)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -135,11 +138,12 @@ def from_source(module_name: str, root: Path = pipeline.REPO) -> list[Known]:
 
 
 @cache
-def catalogue(root: Path = pipeline.REPO) -> Catalogue:
-    """Every slug the check modules explain. A module that cannot be imported here (a missing
+def catalogue(root: Path = pipeline.REPO, modules: tuple[str, ...] | None = None) -> Catalogue:
+    """Every slug the check modules explain (`modules`: those modules only, a quicker read when
+    the assignments' own modules are enough). A module that cannot be imported here (a missing
     optional dependency) gives what its source says."""
     entries: list[Known] = []
-    for name in check_modules(root):
+    for name in check_modules(root) if modules is None else modules:
         try:
             entries += from_objects(name)
         except Exception:  # noqa: BLE001 (an import error of one module must not stop the report)

@@ -10,18 +10,23 @@ words for each misconception (graders/misconceptions.py).
 from __future__ import annotations
 
 import csv
+import datetime
 import html
-import io
 import json
+import re
+import statistics
+import subprocess
 from collections import defaultdict
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
-from matplotlib.ticker import MaxNLocator
-
-from . import report_html, similarity
+from . import pipeline, report_html, similarity
 from .submissions import one_line
+
+if TYPE_CHECKING:  # matplotlib is imported when the figures are made (it is most of the cost)
+    from matplotlib.figure import Figure
 
 REPORT_PAIRS = 40  # similar pairs listed in report.md / report.html; all are in similarity.csv
 
@@ -46,43 +51,261 @@ _WHAT_HAPPENED = {
 }
 
 
-def _pass_rates(results: list[dict]) -> dict[tuple[str, str], tuple[int, int]]:
-    """{(assignment, cell): (full marks, graded)} over the class."""
-    rates: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+# ---- the exercises of each assignment, in the notebook's order ------------------------------
+
+
+class Exercise(NamedTuple):
+    grade_id: str  # the graded test cell's id: the feedback page's "Grade cell: <id>"
+    title: str
+    points: float
+
+
+# A markdown heading ("### Exercise 1: the running max (4 points)") or a paragraph's bold lead
+# ("**Quick check 2.** The running state ..."): what names the graded cell that follows
+_HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.+?)[\s#]*$")
+_BOLD_LEAD = re.compile(r"^\s*\*\*(.+?)\*\*")
+_POINTS = re.compile(r"\s*\(\s*\d+(?:\.\d+)?\s+points?\s*\)\s*$", re.IGNORECASE)
+
+
+def _headings(markdown: str) -> list[str]:
+    found = []
+    for line in markdown.splitlines():
+        m = _HEADING.match(line) or _BOLD_LEAD.match(line)
+        if m:
+            title = _POINTS.sub("", m.group(1).replace("`", "")).strip().rstrip(".:").strip()
+            if title:
+                found.append(title)
+    return found
+
+
+def _name_of(grade_id: str) -> str:
+    """An exercise's name from its test cell's id: "merge_partials_tests" -> "merge partials"."""
+    return re.sub(r"_tests?$", "", grade_id).replace("_", " ").strip() or grade_id
+
+
+@cache
+def exercise_outline(assignment: str, root: Path = pipeline.REPO) -> tuple[Exercise, ...]:
+    """The graded test cells of the release notebook notebooks/<a>/<a>.ipynb in its order: id,
+    title and points (nbgrader's metadata). The title is the last heading (or bold lead) in the
+    markdown since the graded cell before; with none, the heading before that with the
+    exercise's name ("Quick check 2 (quick merged lse)"), else the name alone. () when there is no
+    release notebook (the report then lists the cells it finds in the results)."""
+    path = Path(root) / "notebooks" / assignment / f"{assignment}.ipynb"
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    outline, since, last = [], [], ""
+    for cell in nb.get("cells", []):
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.get("cell_type") == "markdown":
+            since += _headings(source)
+        elif meta.get("grade") and not meta.get("solution") and meta.get("grade_id"):
+            gid = meta["grade_id"]
+            if since:
+                title = last = since[-1]
+            else:  # a second graded cell under one heading: the heading and the cell's name
+                title = f"{last} ({_name_of(gid)})" if last else _name_of(gid)
+            outline.append(Exercise(gid, title, _points(meta)))
+            since = []
+    return tuple(outline)
+
+
+def _points(meta: dict) -> float:
+    try:
+        return float(meta.get("points") or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def cell_order(results: list[dict], assignments: list[str]) -> list[tuple[str, Exercise]]:
+    """(assignment, exercise) for every graded cell: the release's order and words, then any
+    cell the results have that the release does not (its id as title, its points as graded)."""
+    order = []
+    for a in assignments:
+        known = exercise_outline(a)
+        order += [(a, ex) for ex in known]
+        ids = {ex.grade_id for ex in known}
+        extra: dict[str, float] = {}
+        for r in results:
+            if r["assignment"] == a:
+                for gid, c in r.get("cells", {}).items():
+                    if gid not in ids:
+                        extra[gid] = max(extra.get(gid, 0.0), float(c.get("max_score") or 0))
+        order += [(a, Exercise(gid, gid, pts)) for gid, pts in sorted(extra.items())]
+    return order
+
+
+def course_commit(root: Path = pipeline.REPO) -> str:
+    """The course's commit (`git rev-parse --short HEAD`), or "unknown" outside a git checkout."""
+    try:
+        proc = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "unknown"
+
+
+def course_points(results: list[dict], assignments: list[str], max_score=None) -> dict:
+    """{assignment: its points}: the grader's (max_score), else the release's, else the most
+    any result was graded out of. A student's total is out of their sum, whatever they sent."""
+    max_score = max_score or {}
+    points = {}
+    for a in assignments:
+        given = float(max_score.get(a) or 0)
+        release = sum(ex.points for ex in exercise_outline(a))
+        graded = max((float(r["max_score"]) for r in results if r["assignment"] == a), default=0)
+        points[a] = given or graded or release
+    return points
+
+
+# ---- item analysis ------------------------------------------------------------------------------
+
+
+@dataclass
+class Item:
+    assignment: str
+    exercise: Exercise
+    kind: str  # "exercise", "quick check" or "concept question"
+    students: int  # the students who submitted the notebook (missing ones are not counted)
+    full_marks: int
+    difficulty: float | None  # the mean fraction of the item's points
+    discrimination: float | None  # corrected item-total correlation; None: undefined
+
+
+def _kind(ex: Exercise) -> str:
+    words = f"{ex.title} {ex.grade_id}".lower()
+    if "concept" in words:
+        return "concept question"
+    return "quick check" if "quick" in words else "exercise"
+
+
+def item_analysis(results: list[dict], assignments: list[str]) -> list[Item]:
+    """Per graded cell, in the notebooks' order: difficulty, the mean fraction of its points
+    over the students who submitted the notebook (a cell that did not run scores 0), and
+    discrimination, the correlation of that score with the rest of the student's course total
+    (their total less this cell: the corrected item-total correlation). Discrimination is None
+    with fewer than 3 students or when either side does not vary. A cell graded for no one
+    is left out."""
+    totals: dict[str, float] = defaultdict(float)
     for r in results:
-        for gid, c in r["cells"].items():
-            entry = rates[(r["assignment"], gid)]
-            entry[0] += c["score"] >= c["max_score"]
-            entry[1] += 1
-    return {k: (v[0], v[1]) for k, v in sorted(rates.items())}
+        totals[r["student"]] += float(r["score"])
+    items = []
+    for a, ex in cell_order(results, assignments):
+        rows = [r for r in results if r["assignment"] == a and r.get("status") != "missing"]
+        if not any(ex.grade_id in r.get("cells", {}) for r in rows):
+            continue  # graded for no one (no notebook ran): nothing to analyse
+        scores = [float(r.get("cells", {}).get(ex.grade_id, {}).get("score") or 0) for r in rows]
+        rest = [totals[r["student"]] - s for r, s in zip(rows, scores, strict=True)]
+        top = ex.points or max(
+            (
+                float(r["cells"][ex.grade_id]["max_score"])
+                for r in rows
+                if ex.grade_id in r["cells"]
+            ),
+            default=0.0,
+        )
+        difficulty = statistics.mean(s / top for s in scores) if rows and top else None
+        discrimination = None
+        if len(rows) >= 3 and len(set(scores)) > 1 and len(set(rest)) > 1:
+            discrimination = statistics.correlation(scores, rest)
+        full = sum(bool(top) and s >= top for s in scores)
+        items.append(Item(a, ex, _kind(ex), len(rows), full, difficulty, discrimination))
+    return items
 
 
-def _figures(results, assignments, pass_rates, per_exercise) -> dict[str, Figure]:
-    """The report's pictures: score distribution, pass rate and misconceptions per exercise.
-    per_exercise: {(assignment, cell): {slug: [results]}} (report_html.exercise_misconceptions).
-    """
-    figs = {}
-    fig = Figure(figsize=(7, 3.5), layout="constrained")
-    ax = fig.subplots()
-    data = [
-        [
-            100 * r["score"] / r["max_score"]
-            for r in results
-            if r["assignment"] == a and r["max_score"]
+# ---- cells as the feedback page numbers them ---------------------------------------------------
+
+_CELL_INDEX = re.compile(r"\bcell #(\d+)\b")
+
+
+def feedback_labels(nb) -> dict[int, str]:
+    """{cell index: the name the feedback page gives that code cell}: a graded cell's grade_id
+    (its heading says "Grade cell: <id>"), else its prompt "In [n]" (nbconvert prints the
+    execution count), else, for a cell that never ran ("In [ ]"), its place among code cells."""
+    labels, place = {}, 0
+    for idx, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        place += 1
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        count = cell.get("execution_count")
+        if meta.get("grade") and meta.get("grade_id"):
+            labels[idx] = meta["grade_id"]
+        else:
+            labels[idx] = f"In [{count}]" if count else f"In [ ] (code cell {place})"
+    return labels
+
+
+def relabel_cells(problems: list[str], autograded: Path | None) -> list[str]:
+    """Problems that name a cell by its index ("cell #53") name it as its feedback page does
+    ("cell In [22]"), read from the autograded notebook; unchanged without one."""
+    if not autograded or not any(_CELL_INDEX.search(p) for p in problems):
+        return problems
+    try:
+        labels = feedback_labels(json.loads(Path(autograded).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return problems
+
+    def swap(m: re.Match) -> str:
+        return f"cell {labels.get(int(m.group(1)), '#' + m.group(1))}"
+
+    return [_CELL_INDEX.sub(swap, p) for p in problems]
+
+
+def _pass_rates(results: list[dict], assignments: list[str] | None = None):
+    """{(assignment, cell): (full marks, graded)} over the class, in the notebooks' order."""
+    if assignments is None:
+        assignments = list(dict.fromkeys(r["assignment"] for r in results))
+    rates = {}
+    for a, ex in cell_order(results, assignments):
+        got = [
+            c
+            for c in (r.get("cells", {}).get(ex.grade_id) for r in results if r["assignment"] == a)
+            if c
         ]
+        if got:
+            rates[(a, ex.grade_id)] = (sum(c["score"] >= c["max_score"] for c in got), len(got))
+    return rates
+
+
+def _figures(results, assignments, pass_rates, per_exercise, titles=None) -> dict[str, Figure]:
+    """The report's pictures: score distribution, pass rate and misconceptions per exercise,
+    each made once (PNG files for report.md, the same bytes inline in report.html).
+    per_exercise: {(assignment, cell): {slug: [results]}} (report_html.exercise_misconceptions);
+    titles: {(assignment, cell): title} for the bars (default: the cell's id)."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    titles = titles or {}
+    figs = {}
+    fig = Figure(figsize=(7, 3.6), layout="constrained")
+    ax = fig.subplots()
+    sent = [r for r in results if r.get("status") != "missing" and r["max_score"]]
+    data = [
+        [100 * r["score"] / r["max_score"] for r in sent if r["assignment"] == a]
         for a in assignments
     ]
     ax.hist(data, bins=[0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.001], label=assignments)
-    ax.set(xlabel="score (% of the assignment's points)", ylabel="submissions")
+    ax.set(xlabel="score (% of the assignment's points)", ylabel="submissions", xlim=(0, 100))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts of submissions
-    ax.set_title("Score distribution")
-    ax.legend(fontsize=8)
+    missing = sum(r.get("status") == "missing" for r in results)
+    ax.set_title("Score distribution" + (f" ({missing} missing, not shown)" if missing else ""))
+    if len(assignments) > 1:  # above the plot, never over a bar
+        fig.legend(fontsize=8, loc="outside upper center", ncols=min(4, len(assignments)))
     figs["scores"] = fig
 
     colours = {a: f"C{i % 10}" for i, a in enumerate(assignments)}
     rows = [((a, gid), 100 * ok / n if n else 0.0) for (a, gid), (ok, n) in pass_rates.items()]
     fig = _bars(
-        [gid for (_, gid), _ in rows],
+        [_short(titles.get(key, key[1])) for key, _ in rows],
         [v for _, v in rows],
         [colours.get(a, "C0") for (a, _), _ in rows],
         colours,
@@ -93,9 +316,10 @@ def _figures(results, assignments, pass_rates, per_exercise) -> dict[str, Figure
     fig.axes[0].set_xlim(0, 100)
     figs["pass"] = fig
 
+    order = {key: i for i, key in enumerate(pass_rates)}
     bars = [
-        (a, f"{slug}\n{gid}", len({r["student"] for r in who}))
-        for (a, gid), found in sorted(per_exercise.items())
+        (a, f"{slug}\n{_short(titles.get((a, gid), gid))}", len({r["student"] for r in who}))
+        for (a, gid), found in sorted(per_exercise.items(), key=lambda kv: order.get(kv[0], 1e9))
         for slug, who in sorted(found.items(), key=lambda kv: -len(kv[1]))
     ]
     fig = _bars(
@@ -114,9 +338,16 @@ def _figures(results, assignments, pass_rates, per_exercise) -> dict[str, Figure
     return figs
 
 
+def _short(text: str, limit: int = 38) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _bars(labels, values, colours, legend, *, xlabel, title, empty, per_bar=0.32) -> Figure:
     """Horizontal bars, top to bottom in the order given, coloured by assignment (the legend).
     Bars are placed by position, so two assignments' cells of one name stay two bars."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
     fig = Figure(figsize=(6.5, per_bar * max(3, len(labels)) + 1.2), layout="constrained")
     ax = fig.subplots()
     if not labels:
@@ -141,35 +372,57 @@ _PNG_NAMES = {
 }
 
 
-def _save_png(figs: dict[str, Figure], out: Path) -> list[Path]:
-    paths = []
-    for key, fig in figs.items():
-        paths.append(out / _PNG_NAMES[key])
-        fig.savefig(paths[-1], format="png", dpi=110)
-    return paths
-
-
-def _svg(fig: Figure) -> bytes:
-    """The figure as SVG with its text as text (small, selectable) and no date (reproducible)."""
-    import matplotlib
+def _png(fig: Figure) -> bytes:
+    """The figure as PNG, without a date or software stamp (the same figure, the same bytes)."""
+    import io
 
     buf = io.BytesIO()
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "course-report"}):
-        fig.savefig(buf, format="svg", metadata={"Date": None})
+    fig.savefig(buf, format="png", dpi=120, metadata={"Software": None})
     return buf.getvalue()
 
 
-def summary_lines(results, problems, assignments, pass_rates, misconceptions) -> list[str]:
+def _save_png(figs: dict[str, bytes], out: Path) -> list[Path]:
+    paths = []
+    for key, png in figs.items():
+        paths.append(out / _PNG_NAMES[key])
+        paths[-1].write_bytes(png)
+    return paths
+
+
+def summary_lines(
+    results, problems, assignments, pass_rates, misconceptions, titles=None, items=None
+) -> list[str]:
     """The plain-text summary printed at the end of a grading run."""
-    lines = [f"Graded {len(results)} notebooks of {len({r['student'] for r in results})} students."]
+    titles = titles or {}
+    sent = [r for r in results if r.get("status") != "missing"]
+    students = len({r["student"] for r in results})
+    lines = [f"Graded {len(sent)} notebooks of {students} students."]
+    counts = report_html.status_counts(results)
+    if set(counts) - {"graded"}:
+        lines.append("  by status: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     for s in report_html.assignment_stats(results, assignments):
+        pct = 100 * s.mean / s.max_score if s.max_score else 0.0
         lines.append(
-            f"  {s.assignment}: mean {s.mean:.2f} / {s.max_score:g}, median {s.median:g}, "
-            f"full marks {s.full_marks}/{s.submissions}"
+            f"  {s.assignment}: mean {s.mean:.2f} / {s.max_score:g} ({pct:.0f}%), "
+            f"median {s.median:g}, full marks {s.full_marks}/{s.submissions}"
+            + (f", missing {s.missing}" if s.missing else "")
         )
     lines.append("Pass rate per exercise:")
     for (a, gid), (ok, n) in pass_rates.items():
-        lines.append(f"  {a} / {gid}: {ok}/{n} ({100 * ok / n:.0f}%)")
+        title = titles.get((a, gid))
+        name = f"{title} ({gid})" if title and title != gid else gid
+        lines.append(f"  {a} / {name}: {ok}/{n} ({100 * ok / n:.0f}%)")
+    if items:
+        lines.append(
+            "Item analysis (difficulty: mean share of the points; discrimination: "
+            "correlation with the rest of the total):"
+        )
+        for it in items:
+            lines.append(
+                f"  {it.assignment} / {it.exercise.grade_id}: difficulty "
+                f"{report_html.fmt_share(it.difficulty)}, discrimination "
+                f"{report_html.fmt_corr(it.discrimination)} ({it.students} students)"
+            )
     if misconceptions:
         lines.append("Misconceptions seen (failed test cells):")
         lines += [f"  {name}: {count}" for name, count in misconceptions.most_common()]
@@ -213,12 +466,17 @@ def fallback_feedback(result: dict) -> str:
     )
 
 
-def _catalogue():
-    """What the checks say about each misconception slug (graders.misconceptions), or None
-    when the check modules cannot be read here: the report then shows the slugs alone."""
+def _catalogue(per_exercise: dict):
+    """What the checks say about each misconception slug seen (graders.misconceptions): read
+    from the assignments' own check modules when they explain every slug seen, else from all.
+    None when the check modules cannot be read here: the report then shows the slugs alone."""
     from . import misconceptions
 
     try:
+        mine = {m for a, _ in per_exercise for m in misconceptions.modules_of(a)}
+        part = misconceptions.catalogue(modules=tuple(sorted(mine | {"_core"})))
+        if all(slug in part for found in per_exercise.values() for slug in found):
+            return part
         return misconceptions.catalogue()
     except Exception:  # noqa: BLE001 (the report never fails for want of explanations)
         return None
@@ -230,7 +488,9 @@ def finalize(results: list[dict], out: Path) -> None:
     from .worker import result_path
 
     for res in results:
-        res["problems"] = [one_line(p) for p in res.get("problems", [])]
+        autograded = out / res["autograded"] if res.get("autograded") else None
+        problems = [one_line(p) for p in res.get("problems", [])]
+        res["problems"] = relabel_cells(problems, autograded)
         page = out / res["feedback"] if res.get("feedback") else None
         if page is None or not page.is_file():
             page = out / "feedback" / res["student"] / f"{res['assignment']}.html"
@@ -287,16 +547,26 @@ def write_outputs(
 
     finalize(results, out)
     write_csvs(results, out, assignments)
-    pass_rates = _pass_rates(results)
+    pass_rates = _pass_rates(results, assignments)
+    titles = {(a, ex.grade_id): ex.title for a, ex in cell_order(results, assignments)}
+    items = item_analysis(results, assignments)
     misconceptions = misconception_counts(results)
     per_exercise = report_html.exercise_misconceptions(results)
-    figs = _figures(results, assignments, pass_rates, per_exercise)
+    figs = {
+        k: _png(f)
+        for k, f in _figures(results, assignments, pass_rates, per_exercise, titles).items()
+    }
     pngs = _save_png(figs, out)
-    lines = summary_lines(results, problems, assignments, pass_rates, misconceptions)
-    pairs = similarity.similar_pairs(results, similarity_threshold)
+    lines = summary_lines(results, problems, assignments, pass_rates, misconceptions, titles, items)
+    pairs = similarity.similar_pairs(
+        [r for r in results if r.get("status") != "missing"], similarity_threshold
+    )
     write_similarity_csv(pairs, out)
     lines += similarity_lines(pairs, similarity_threshold)
-    md = ["# Grading report", "", "```", *lines, "```", ""]
+    written = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z").strip()
+    commit = course_commit()
+    head = f"Written {written}, course commit {commit}."
+    md = ["# Grading report", "", head, "", "```", *lines, "```", ""]
     md += [f"![{p.stem}]({p.name})" for p in pngs]
     (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     page = report_html.render(
@@ -305,11 +575,17 @@ def write_outputs(
         assignments,
         pass_rates,
         pairs[:REPORT_PAIRS],
-        catalogue=_catalogue() if per_exercise else None,
-        figures={k: _svg(f) for k, f in figs.items()},
+        catalogue=_catalogue(per_exercise) if per_exercise else None,
+        figures=figs,
         similarity_note=similarity.available(),
+        outline=[(a, ex) for a, ex in cell_order(results, assignments)],
+        items=items,
+        points=course_points(results, assignments, max_score),
+        written=written,
+        commit=commit,
     )
     (out / "report.html").write_text(page, encoding="utf-8")
+    print(head)
     print("\n".join(lines))
     print(f"Grades, feedback and the report are in {out}")
     return lines

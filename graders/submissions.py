@@ -642,19 +642,30 @@ def _rooted_in(node, aliases: set[str], allow_name: bool = False) -> bool:
 
 
 def truncate_outputs(nb, limit: int = 64_000) -> list[str]:
-    """Cut stream and text outputs longer than `limit` characters; returns the cells cut."""
+    """Cut stream and text outputs longer than `limit` characters; returns the cells whose
+    output was longer, each named as the feedback page names it: a graded cell by its grade_id
+    ("Grade cell: <id>"), any other by its prompt ("In [22]", the cell's execution count).
+
+    A graded test cell's output was already cut by the grader (graders/remote.py keeps the
+    first part and notes "[N characters printed in all]"): it counts by what was printed, so a
+    long output is reported the same way in every cell."""
+    printed_in_all = re.compile(r"\[([\d,]+) characters printed in all\]")
     cut = []
     for idx, cell in enumerate(nb.cells):
+        count = cell.get("execution_count")
+        label = _grade_id(cell) or (f"In [{count}]" if count else f"#{idx}")
         for out in cell.get("outputs", []):
             text = source_text(out.get("text"))
             if len(text) > limit:
                 out["text"] = text[:limit] + f"\n... [output cut: {len(text):,} characters]\n"
-                cut.append(_grade_id(cell) or f"#{idx}")
+                cut.append(label)
+            elif any(int(n.replace(",", "")) > limit for n in printed_in_all.findall(text)):
+                cut.append(label)
             data = out.get("data", {})
             plain = source_text(data.get("text/plain"))
             if len(plain) > limit:
                 data["text/plain"] = plain[:limit] + "\n... [output cut]"
-                cut.append(_grade_id(cell) or f"#{idx}")
+                cut.append(label)
             if len(out.get("traceback", [])) > 200:
                 out["traceback"] = out["traceback"][:100] + ["... [traceback cut]"]
     return sorted(set(cut))

@@ -12,6 +12,7 @@ test prints (under pytest's tmp_path).
 
 from __future__ import annotations
 
+import base64
 import copy
 import csv
 import importlib.util
@@ -160,7 +161,10 @@ def test_the_page_holds_summary_scores_exercises_problems_and_review(made_up):
     zoe = page.split('<tr data-student="Zoë">')[1].split("</tr>")[0]
     assert 'class="score none"' in zoe and "0 / 3" in zoe  # no 01 submission; total 0 of 3
     evil = page.split('<tr data-student="evil-1a2b3c4d">')[1].split("</tr>")[0]
-    assert 'class="num total" data-sort="3.000000">3 / 7</td>' in evil  # 0 of 4, 3 of 3
+    assert 'class="num total" data-sort="3.000000">3 / 7 ' in evil  # 0 of 4, 3 of 3
+    assert f'<span class="pct">{100 * 3 / 7:.0f}%</span>' in evil
+    # a total is out of the whole course's points, whatever the student sent
+    assert 'class="num total" data-sort="0.000000">0 / 7 ' in zoe
     # exercises: the pass rate, the checks' words for a known slug, the slug alone otherwise
     known = misconceptions.catalogue().find("no-rescale", A1)
     assert known is not None and known.title in text and known.explanation in text
@@ -172,9 +176,11 @@ def test_the_page_holds_summary_scores_exercises_problems_and_review(made_up):
     assert "a class-level problem <i>x</i>" in text
     # needs review: the flagged line (as text) and a link to that feedback page
     assert "np.allclose = lambda *a: '<img src=x onerror=alert(1)>'" in text
-    # the figures are inline SVG
-    svgs = [a["src"] for t, a in doc.tags if t == "img"]
-    assert len(svgs) == 3 and all(s.startswith("data:image/svg+xml;base64,") for s in svgs)
+    # the figures are inline, the same PNG bytes as the files report.md shows
+    pngs = [a["src"] for t, a in doc.tags if t == "img"]
+    assert len(pngs) == 3 and all(s.startswith("data:image/png;base64,") for s in pngs)
+    files = {base64.b64encode(p.read_bytes()).decode() for p in out.glob("*.png")}
+    assert {s.split(",", 1)[1] for s in pngs} == files
     # report.md and the printed summary stay
     md = (out / "report.md").read_text(encoding="utf-8")
     assert "Pass rate per exercise" in md and lines[0] == "Graded 5 notebooks of 4 students."
@@ -188,7 +194,7 @@ def test_student_strings_are_escaped(made_up):
     assert len(scripts) == 1  # the page's own sorting code, nothing a student wrote
     for raw in (EVIL, "<b>bold</b>", "<i>x</i>", "<img src=x onerror=alert(1)>"):
         assert raw not in page  # never as markup
-    assert all(a["src"].startswith("data:image/svg+xml") for t, a in doc.tags if t == "img")
+    assert all(a["src"].startswith("data:image/png") for t, a in doc.tags if t == "img")
     handlers = [(t, k) for t, a in doc.tags for k in a if k.startswith("on")]
     assert handlers == []
     text = doc.all_text()
@@ -317,9 +323,12 @@ def _expected_summary(out: Path, results: list[dict]) -> dict[str, dict[str, str
     expected = {}
     for a in (A1, A2):
         scores = [float(r[a]) for r in rows if r[a] != ""]
+        missing = sum(r["assignment"] == a and r["status"] == "missing" for r in results)
         expected[a] = {
-            "submissions": str(len(scores)),
+            "submissions": str(len(scores) - missing),
+            "missing": str(missing),
             "mean": f"{statistics.mean(scores):.2f}",
+            "mean-pct": f"{100 * statistics.mean(scores) / points[a]:.0f}%",
             "median": f"{statistics.median(scores):g}",
             "full": str(sum(s >= points[a] for s in scores)),
             "max": f"{points[a]:g}",
@@ -480,4 +489,342 @@ def test_figures_of_a_class_without_misconceptions_or_cells():
     for pass_rates, per_exercise in (({("01", "c"): (1, 2)}, {}), ({}, {})):
         figs = report._figures(results, ["01"], pass_rates, per_exercise)
         assert set(figs) == {"scores", "pass", "miscs"}
-        assert all(b"<svg" in report._svg(f) for f in figs.values())
+        assert all(report._png(f).startswith(b"\x89PNG\r\n\x1a\n") for f in figs.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# At a glance: the notebook's order and words, badges, percentages, date, commit, item analysis
+# ---------------------------------------------------------------------------------------------
+
+
+def _release_cells(assignment: str):
+    """(grade_id, points, index) of the release's graded test cells, read with nbformat."""
+    import nbformat
+
+    from graders.pipeline import REPO
+
+    nb = nbformat.read(REPO / "notebooks" / assignment / f"{assignment}.ipynb", 4)
+    return [
+        (c.metadata.nbgrader["grade_id"], float(c.metadata.nbgrader.get("points", 0)), i)
+        for i, c in enumerate(nb.cells)
+        if c.metadata.get("nbgrader", {}).get("grade") and not c.metadata.nbgrader.get("solution")
+    ], nb
+
+
+@pytest.mark.parametrize("assignment", [A1, A2])
+def test_the_outline_is_the_release_notebooks(assignment):
+    """Ids and points in the notebook's order; each title is words of a markdown cell between
+    the graded cell before and this one (or the exercise's name); no two titles alike."""
+    from graders.report import exercise_outline
+
+    cells, nb = _release_cells(assignment)
+    outline = exercise_outline(assignment)
+    assert [(e.grade_id, e.points) for e in outline] == [(g, p) for g, p, _ in cells]
+    assert exercise_outline(assignment) is outline  # cached
+    starts = [-1] + [i for _, _, i in cells[:-1]]
+    for ex, (_, _, at), before in zip(outline, cells, starts, strict=True):
+        words = " ".join(c.source for c in nb.cells[before + 1 : at] if c.cell_type == "markdown")
+        name = ex.grade_id.removesuffix("_tests").replace("_", " ")
+        if words.strip():
+            assert ex.title in words.replace("`", ""), ex
+        else:  # no words of its own: the heading before, and its name
+            earlier = " ".join(c.source for c in nb.cells[:at] if c.cell_type == "markdown")
+            heading = ex.title.removesuffix(f" ({name})")
+            assert ex.title.endswith(f" ({name})") and heading in earlier.replace("`", ""), ex
+    assert len({e.title for e in outline}) == len(outline)
+    assert not any(e.title.endswith("points)") for e in outline)
+
+
+# each student's share of each A1 cell's points (rows: students, in the order of the outline)
+SHARES = {
+    "s1": [1, 1, 1, 1, 1, 1, 1, 1, 0],
+    "s2": [0.5, 1, 0, 1, 1, 0, 1, 1, 0],
+    "s3": [0.25, 0, 1, 0, 1, 0, 1, 0, 0],
+    "s4": [0, 0.4, 0, 0, 1, 1, 0, 1, 0],
+}
+
+
+def _glance_class() -> list[dict]:
+    """A1 with the release's cells: four students who tried, one whose notebook came back as
+    released (untouched), one who sent nothing (missing); A2 for everyone but s4."""
+    from graders.report import exercise_outline
+
+    outline = exercise_outline(A1)
+    assert len(outline) == len(SHARES["s1"])
+    top = sum(e.points for e in outline)
+    results = []
+    for s, shares in SHARES.items():
+        pairs = zip(outline, shares, strict=True)
+        cells = {e.grade_id: _cell(f * e.points, e.points) for e, f in pairs}
+        if s == "s2":
+            cells[outline[0].grade_id]["misconception"] = "no-rescale"
+        score = sum(c["score"] for c in cells.values())
+        problems = ["cell In [7]: very long output, cut in the feedback"] if s == "s3" else []
+        results.append(_result(s, A1, score, top, cells, problems=problems))
+    zero = {e.grade_id: _cell(0, e.points) for e in outline}
+    results.append(_result("u", A1, 0, top, zero, status="untouched"))
+    results.append(_result("m", A1, 0, top, {}, status="missing", problems=["no submission"]))
+    for i, s in enumerate(["s1", "s2", "s3", "u", "m"]):
+        results.append(_result(s, A2, i % 3, 2, {"m1": _cell(i % 3, 2)}))
+    return results
+
+
+@pytest.fixture(scope="module")
+def glance(tmp_path_factory):
+    out = tmp_path_factory.mktemp("glance")
+    results = _glance_class()
+    lines = write_outputs(results, [], out, [A1, A2], {A1: results[0]["max_score"], A2: 2})
+    page = (out / "report.html").read_text(encoding="utf-8")
+    return out, results, lines, page
+
+
+def _between(page: str, start: str, end: str) -> str:
+    return page.split(start, 1)[1].split(end, 1)[0]
+
+
+def test_exercises_in_the_notebooks_order_with_titles_and_points(glance):
+    from graders.report import exercise_outline
+
+    _, _, lines, page = glance
+    section = _between(page, '<section id="exercises">', "</section>")
+    order = [a["data-cell"] for t, a in Page(section).tags if "data-cell" in a]
+    cells, _ = _release_cells(A1)
+    assert order[: len(cells)] == [g for g, _, _ in cells]
+    a2 = [g for g, _, _ in _release_cells(A2)[0]]
+    assert order[len(cells) :] == [*a2, "m1"]  # A2's release, then a cell it does not have
+    for ex in exercise_outline(A1):
+        block = _between(section, f'data-cell="{ex.grade_id}">', '<div class="exercise"')
+        text = Page(block).all_text()
+        assert ex.title in text and f"{ex.points:g} pt" in text, (ex, text)
+    # the printed summary names them in that order too
+    printed = [ln for ln in lines if ln.startswith(f"  {A1} / ") and "difficulty" not in ln]
+    assert [ln.split("(")[-2].split(")")[0] for ln in printed] == [g for g, _, _ in cells]
+
+
+def test_untouched_and_missing_have_their_badges_counts_and_totals(glance):
+    _, results, lines, page = glance
+    doc = Page(page)
+    assert 'id="n-missing"><b>1</b>' in page and 'id="n-untouched"><b>1</b>' in page
+    status = _between(page, '<p class="statuses">', "</p>")
+    assert 'data-status="missing"><span class="badge b-missing">missing</span> 1<' in status
+    assert 'data-status="untouched"><span class="badge b-untouched">untouched</span> 1<' in status
+    assert 'data-status="problems"><span class="badge b-problems">problems</span> 1<' in status
+    graded = sum(r["status"] == "graded" for r in results)
+    assert f'data-status="graded"><span class="badge b-graded">graded</span> {graded}<' in status
+    missing = _between(page, '<tr data-student="m">', "</tr>")
+    assert 'class="score missing"' in missing and "b-missing" in missing
+    untouched = _between(page, '<tr data-student="u">', "</tr>")
+    assert 'class="score untouched"' in untouched and "b-untouched" in untouched
+    course = results[0]["max_score"] + 2
+    for sid in ("m", "u", "s4"):  # totals out of the whole course: missing work counts 0
+        row = _between(page, f'<tr data-student="{sid}">', "</tr>")
+        total = sum(r["score"] for r in results if r["student"] == sid)
+        assert f'>{total:g} / {course:g} <span class="pct">{100 * total / course:.0f}%<' in row
+    row = _between(page, f'<tr data-assignment="{A1}">', "</tr>")
+    assert 'data-k="missing">1<' in row and 'data-k="submissions">5<' in row
+    sent = sum(r["status"] != "missing" for r in results)
+    assert lines[0] == f"Graded {sent} notebooks of 6 students."
+    assert "missing" in Page(_between(page, '<ul class="legend">', "</ul>")).all_text()
+    assert any(t == "td" and a.get("data-status") == "missing" for t, a in doc.tags)
+
+
+def test_percentages_date_and_commit(glance):
+    import datetime
+
+    from graders.pipeline import REPO
+    from graders.report import course_commit
+
+    out, results, _, page = glance
+    for r in results:
+        if r["status"] == "missing" or r["assignment"] != A1:
+            continue
+        cell = _between(page, f'<tr data-student="{r["student"]}">', "</td>")
+        pct = 100 * r["score"] / r["max_score"]
+        assert f'<span class="pct">{pct:.0f}%</span>' in cell, (r["student"], cell)
+    row = _between(page, f'<tr data-assignment="{A1}">', "</tr>")
+    a1 = [r["score"] for r in results if r["assignment"] == A1]
+    pct = 100 * statistics.mean(a1) / results[0]["max_score"]
+    assert f'data-k="mean-pct">{pct:.0f}%<' in row
+    git = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    )
+    commit = git.stdout.strip() if git.returncode == 0 else "unknown"
+    assert f'<code id="commit">{commit}</code>' in page
+    assert f"course commit {commit}" in (out / "report.md").read_text(encoding="utf-8")
+    written = _between(page, '<time id="written">', "</time>")
+    assert written.startswith(datetime.date.today().isoformat()), written
+    assert course_commit(out) == "unknown"  # not a git checkout
+
+
+def _table_values(page: str) -> dict[tuple[str, str], dict[str, str]]:
+    """{(assignment, cell): {"difficulty"/"discrimination": (data-sort, shown)}} of the item
+    analysis table."""
+    section = _between(page, '<section id="items">', "</section>")
+    values = {}
+    for row in section.split("<tr data-assignment=")[1:]:
+        doc = Page("<tr data-assignment=" + row.split("</tr>")[0])
+        attrs = doc.tags[0][1]
+        got = {}
+        for chunk in row.split('data-k="')[1:]:
+            key = chunk.split('"')[0]
+            sort = chunk.split('data-sort="')[1].split('"')[0]
+            shown = chunk.split(">", 1)[1].split("<")[0]
+            got[key] = (sort, shown)
+        values[(attrs["data-assignment"], attrs["data-cell"])] = got
+    return values
+
+
+def test_item_analysis_difficulty_and_discrimination(glance):
+    """Computed here independently with numpy: over the students who submitted the notebook,
+    difficulty = the mean share of the cell's points, discrimination = corrcoef(cell score,
+    course total less that cell); n/a when a side does not vary."""
+    import numpy as np
+
+    from graders.report import exercise_outline
+
+    _, results, _, page = glance
+    values = _table_values(page)
+    sent = [r for r in results if r["assignment"] == A1 and r["status"] != "missing"]
+    totals = {
+        s: sum(r["score"] for r in results if r["student"] == s)
+        for s in {r["student"] for r in results}
+    }
+    checked_na = checked_r = 0
+    for ex in exercise_outline(A1):
+        x = np.array([r["cells"][ex.grade_id]["score"] for r in sent])
+        rest = np.array([totals[r["student"]] for r in sent]) - x
+        sort, shown = values[(A1, ex.grade_id)]["difficulty"]
+        assert float(sort) == pytest.approx(np.mean(x / ex.points)), ex
+        assert shown == f"{100 * np.mean(x / ex.points):.0f}%"
+        sort, shown = values[(A1, ex.grade_id)]["discrimination"]
+        if x.std() == 0 or rest.std() == 0:
+            assert (sort, shown) == ("", "n/a"), ex
+            checked_na += 1
+        else:
+            r = np.corrcoef(x, rest)[0, 1]
+            assert float(sort) == pytest.approx(r), ex
+            assert shown == f"{r:+.2f}"
+            checked_r += 1
+    assert checked_na >= 1 and checked_r >= 3  # both cases were met
+    kinds = Page(_between(page, '<section id="items">', "</section>")).all_text()
+    assert "concept question" in kinds and "quick check" in kinds and "exercise" in kinds
+
+
+def test_item_analysis_is_undefined_with_fewer_than_three_students():
+    from graders.report import exercise_outline, item_analysis
+
+    outline = exercise_outline(A1)
+    top = sum(e.points for e in outline)
+    results = [
+        _result(s, A1, 0, top, {e.grade_id: _cell(f * e.points, e.points) for e in outline})
+        for s, f in (("a", 0.0), ("b", 1.0))
+    ]
+    items = item_analysis(results, [A1])
+    assert [i.exercise.grade_id for i in items] == [e.grade_id for e in outline]
+    assert all(i.discrimination is None and i.difficulty == 0.5 for i in items)
+
+
+def test_most_named_misconceptions_have_the_checks_words(glance):
+    _, _, _, page = glance
+    section = _between(page, '<section id="misconceptions">', "</section>")
+    known = misconceptions.catalogue().find("no-rescale", A1)
+    text = Page(section).all_text()
+    assert 'data-slug="no-rescale" data-students="1"' in section
+    assert known.title in text and known.explanation in text
+
+
+# ---- cells as the feedback page numbers them; long output in every cell -----------------------
+
+
+def test_long_output_is_reported_in_graded_and_other_cells_by_their_feedback_names(tmp_path):
+    """A real kernel runs an ungraded cell that prints 70,000 characters and a graded test cell
+    (checked in the grader, graders/remote.py) whose call prints 900,000: both are reported,
+    each by the name the feedback page shows (its In [n] prompt, its grade cell id)."""
+    from nbconvert import HTMLExporter
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    from graders.execute import SurvivingExecute
+    from graders.pipeline import REPO
+    from graders.report import feedback_labels
+    from graders.submissions import truncate_outputs
+
+    def meta(**kw):
+        return {"nbgrader": {"schema_version": 3, "locked": False, "solution": False, **kw}}
+
+    nb = new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nb.cells = [
+        new_markdown_cell("# Long outputs"),
+        new_code_cell("print('x' * 70_000)"),
+        new_code_cell(
+            "def noisy():\n    print('y' * 900_000)\n    return 1",
+            metadata=meta(solution=True, grade=False, grade_id="noisy"),
+        ),
+        new_code_cell(
+            "assert noisy() == 1",
+            metadata=meta(grade=True, grade_id="noisy_tests", points=1, locked=True),
+        ),
+    ]
+    nb, _ = SurvivingExecute(timeout=60).preprocess(nb, {"metadata": {"path": str(REPO)}})
+    printed = nb.cells[3].outputs[0]["text"]
+    assert "900,001 characters printed in all" in printed and len(printed) < 64_000
+    count = nb.cells[1].execution_count
+    assert truncate_outputs(nb) == sorted([f"In [{count}]", "noisy_tests"])
+    assert feedback_labels(nb)[1] == f"In [{count}]"
+    page = Page(HTMLExporter(template_name="classic").from_notebook_node(nb)[0]).all_text()
+    assert f"In\xa0[{count}]:" in page  # the prompt, as nbconvert writes it
+    shown = " ".join(page.split()).split(f"In [{count}]:", 1)[1]
+    assert "".join(shown.split()).startswith("print('x'*70_000)"), shown[:80]
+
+
+def test_problems_name_cells_as_the_feedback_page_does(real_class):
+    """A "cell #i" (the notebook's index) becomes the prompt the student's feedback page shows
+    above that cell."""
+    from graders.report import relabel_cells
+
+    out, results = real_class
+    res = next(r for r in results if r.get("autograded") and r.get("feedback"))
+    nb = json.loads((out / res["autograded"]).read_text(encoding="utf-8"))
+    idx, cell = next(
+        (i, c)
+        for i, c in enumerate(nb["cells"])
+        if c["cell_type"] == "code"
+        and c.get("execution_count")
+        and not c["metadata"].get("nbgrader", {}).get("grade")
+        and "".join(c["source"]).strip()
+    )
+    (said,) = relabel_cells([f"cell #{idx}: something"], out / res["autograded"])
+    assert said == f"cell In [{cell['execution_count']}]: something"
+    raw = Page((out / res["feedback"]).read_text(encoding="utf-8")).all_text()
+    assert f"In\xa0[{cell['execution_count']}]:" in raw  # the prompt above the cell
+    text = " ".join(raw.split())
+    first = " ".join("".join(cell["source"]).strip().splitlines()[0].split())
+    prompt = f"In [{cell['execution_count']}]:"
+    after = "".join(text.split(prompt, 1)[1].split())  # the highlighted code, spaces aside
+    assert after.startswith("".join(first.split())), after[:200]
+    for r in results:  # no problem is left naming a cell by its index
+        assert not any("cell #" in p for p in r["problems"]), r["problems"]
+
+
+def test_the_dashboard_link_opens():
+    """The local cluster's dashboard listens on 127.0.0.1: the printed link names that host,
+    and the page answers."""
+    pytest.importorskip("bokeh")
+    from urllib.request import urlopen
+
+    from distributed import Client
+
+    from graders import cluster
+
+    local = cluster._local_cluster(1)
+    client = Client(local)
+    try:
+        link = cluster.dashboard_link(client, local)
+        assert urlparse(link).hostname == "127.0.0.1", link
+        with urlopen(link, timeout=30) as page:
+            assert page.status == 200
+        remote = cluster.dashboard_link(client)  # a scheduler given by address: dask's link
+        assert remote == client.dashboard_link
+    finally:
+        client.close()
+        local.close()
