@@ -10,6 +10,9 @@ Two kinds of error end most student runs, and neither needs a traceback:
 
 `install()` (run when course_utils is imported in IPython) registers the first with IPython;
 CheckFailure renders itself (`_render_traceback_`). Any other error keeps its full traceback.
+A stub that course code finds for the learner (a @triton.jit kernel still raising
+NotImplementedError, found before or while it is launched) raises NotWrittenError, which names the
+function and renders as the same one line.
 """
 
 from __future__ import annotations
@@ -21,6 +24,28 @@ def _in_notebook_cell(code: types.CodeType) -> bool:
     """True for code typed into a notebook cell (IPython compiles cells under these names)."""
     name = code.co_filename
     return name.startswith("<ipython-input-") or "/ipykernel_" in name or name.startswith("<cell")
+
+
+def _not_written_line(name: str) -> str:
+    return (
+        f"✗ {name} is not written yet: replace `raise NotImplementedError()` in the cell that "
+        f"defines {name} with your code, run that cell, then run this one again."
+    )
+
+
+class NotWrittenError(NotImplementedError):
+    """An exercise's function (`name`) still holds nbgrader's stub; shown as one line.
+
+    A NotImplementedError, so that everything which treats the stub as "not done yet" (the
+    checks, the grader) still does; its message is the one line IPython shows.
+    """
+
+    def __init__(self, name: str):
+        super().__init__(_not_written_line(name).removeprefix("✗ "))
+        self.name = name
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"✗ {self}"]
 
 
 def not_written_message(tb: types.TracebackType | None) -> str | None:
@@ -36,10 +61,7 @@ def not_written_message(tb: types.TracebackType | None) -> str | None:
             "✗ this answer is not written yet: replace `raise NotImplementedError()` in its cell "
             "with your answer (the comment above it names the variable to set), then run it."
         )
-    return (
-        f"✗ {name} is not written yet: replace `raise NotImplementedError()` in the cell that "
-        f"defines {name} with your code, run that cell, then run this one again."
-    )
+    return _not_written_line(name)
 
 
 def unset_answer_message(value: BaseException) -> str | None:
@@ -57,6 +79,8 @@ def _handler(shell, etype, value, tb, tb_offset=None):
     """IPython's custom-exception hook: it must show the error itself (as an error output)."""
     if isinstance(value, NameError):
         message = unset_answer_message(value)
+    elif hasattr(value, "_render_traceback_"):  # NotWrittenError: it names the function itself
+        message = "\n".join(value._render_traceback_())
     else:
         message = not_written_message(tb) if not value.args else None
     if message is None:  # not a stub: the usual traceback

@@ -658,13 +658,30 @@ def _kernel_failure(name, case, what, yours, expected, err, tol, mistake) -> str
     return "\n".join(lines + mismatch_lines(what, yours, expected, err, tol, mistake, case.focus()))
 
 
+_OUT_OF_BOUNDS = ("store-out-of-bounds:", "load-out-of-bounds:")
+
+
 def _raised_failure(name, case, exc) -> CheckFailure:
-    """The learner's kernel did not compile or run: the innermost error, where it happened."""
+    """The learner's kernel did not compile or run: the innermost error, where it happened.
+
+    A load or store outside the launch's tensors (course_utils.triton_attention.bounds'
+    OutOfBoundsError, or its message when it comes from a notebook's kernel while a submission
+    is graded) is the failure itself: its message names the tensor, the program, the elements
+    and the mask, and its `[misconception: ...]` tag the mistake (store-unmasked,
+    mask-one-dimension, mask-missing) when the mask makes it clear.
+    """
     chain, seen = [], set()
     while exc is not None and id(exc) not in seen:  # outer call site first, root cause last
         seen.add(id(exc))
         chain.append(exc)
         exc = exc.__cause__
+    stray = [e for e in chain if str(e).startswith(_OUT_OF_BOUNDS)]
+    if stray:
+        text = "\n    ".join(str(stray[-1]).splitlines())
+        return CheckFailure(
+            f"✗ {name}: your kernel reached outside a tensor on {case.label}; the interpreter "
+            f"stopped it before the access.\n  input: {case.describe()}\n    {text}"
+        )
     where = [e for e in chain if type(e).__name__ == "CompilationError"]
     root = chain[-1]
     text = f"{type(root).__name__}: {root}".strip()

@@ -14,7 +14,10 @@ course work without torch or triton.
 Interpreter caveats: the variable must be set before triton is first imported, so import this
 subpackage first (it refuses, with a RuntimeError that says so, when triton came first). The
 interpreter computes bfloat16 wrongly without a warning, so `flash_attention_fwd` upcasts
-bfloat16 inputs to float32 there and casts the output back.
+bfloat16 inputs to float32 there and casts the output back. In the interpreter a pointer is an
+address in this process, so a store without its mask would write anywhere: `bounds` checks every
+load and store of every launch against the launch's tensors first, and raises OutOfBoundsError
+(which names the tensor, the program and the mask that was missing) instead.
 """
 
 from __future__ import annotations
@@ -48,6 +51,11 @@ from .autograd import FlashAttentionFunction, flash_attention  # noqa: E402
 from .backward import flash_attention_bwd  # noqa: E402
 from .decode import choose_num_splits, flash_decode  # noqa: E402
 from .forward import flash_attention_fwd, launch_flash_attention_fwd  # noqa: E402
+
+if os.environ.get("TRITON_INTERPRET") == "1" and not COMPILE_ONLY:
+    from .bounds import install as _install_bounds_checks
+
+    _install_bounds_checks()  # a stray tl.load or tl.store raises instead of writing anywhere
 
 __all__ = [
     "INTERPRETER",

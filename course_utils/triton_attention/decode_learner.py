@@ -125,7 +125,8 @@ def learner_decode_partials(
             (-inf for an empty chunk). In the interpreter bfloat16 runs in float32.
 
     Raises:
-        NotImplementedError: attend_chunk is still the exercise's stub (nothing launched).
+        NotWrittenError (a NotImplementedError): attend_chunk is still the exercise's stub
+            (nothing launched).
     """
     check_learner_function(attend_chunk, "attend_chunk")
     batch, q_heads, kv_heads, d, _, page_size, max_pages = check_decode_inputs(

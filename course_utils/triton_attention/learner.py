@@ -24,7 +24,8 @@ masks every tile (no unmasked phase), no autotuning, query tiles launched in ord
 
 An exercise cell that is not done yet holds `raise NotImplementedError()` inside a @triton.jit
 function, which a GPU compiler may refuse with an unrelated error: `learner_attention` reads the
-source of both functions first and raises a plain NotImplementedError before anything is launched.
+source of both functions first and raises NotWrittenError (a NotImplementedError shown as one line
+that names the function) before anything is launched.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import triton  # course_utils.triton_attention, imported first, has set up the i
 import triton.language as tl
 from triton.runtime.jit import KernelInterface
 
+from ..student_errors import NotWrittenError
 from . import INTERPRETER
 from .forward import _check_inputs, output_buffers
 
@@ -134,7 +136,8 @@ def check_learner_function(fn, name: str) -> None:
 
     Raises:
         TypeError: fn is not a @triton.jit function.
-        NotImplementedError: fn's body still raises NotImplementedError (the exercise's stub).
+        NotWrittenError (a NotImplementedError): fn's body still raises NotImplementedError (the
+            exercise's stub); its message names the function.
     """
     try:
         if fn in _ACCEPTED:  # launchers check on every call: once per kernel object is enough
@@ -152,9 +155,7 @@ def check_learner_function(fn, name: str) -> None:
     except (OSError, TypeError):
         source = getattr(fn, "src", "")
     if _STUB.search(source):
-        raise NotImplementedError(
-            f"{name} is not written yet: replace `raise NotImplementedError()` with your code"
-        )
+        raise NotWrittenError(name)
     plain = plain_globals(python_fn)
     if plain:
         g, value = plain[0]

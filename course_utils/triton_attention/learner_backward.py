@@ -23,8 +23,8 @@ starts bh * N * HEAD_DIM elements in. HEAD_DIM is d, BLOCK_D is d rounded up to 
                                 interpreter, how many tl.dot the launch ran)
 
 Simpler than backward.py on purpose: pointer loads, one loop that masks every tile, no autotuning.
-An exercise not done yet (`raise NotImplementedError()` in a kernel) raises a plain
-NotImplementedError before anything is launched.
+An exercise not done yet (`raise NotImplementedError()` in a kernel) raises NotWrittenError (a
+NotImplementedError shown as one line that names the kernel) before anything is launched.
 """
 
 from __future__ import annotations
@@ -177,7 +177,8 @@ def learner_backward(
         interpreter bfloat16 runs in float32 (the interpreter computes bfloat16 wrongly).
 
     Raises:
-        NotImplementedError: a kernel is still the exercise's stub (nothing launched).
+        NotWrittenError (a NotImplementedError): a kernel is still the exercise's stub (nothing
+            launched); the message names it.
     """
     _check_kernels(
         {"bwd_preprocess_kernel": preprocess_kernel, "bwd_dkdv_kernel": dkdv_kernel,
