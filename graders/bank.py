@@ -491,12 +491,12 @@ def build(assignment: str, root: Path = pipeline.REPO) -> list[Entry]:
     patches = {
         "patched-check-alias": f"from {check_mod.group(1)} import "
         f"{check_mod.group(2)} as _check\n\n_check.__code__ = (lambda *a, **k: None).__code__\n",
-        "patched-in-magic-cell": "!echo checking\n%precision 4\nimport numpy as np\n\n"
+        "patched-in-magic-cell": "!echo checking\nfiles = !ls\n%precision 4\nimport numpy as np\n\n"
         "np.allclose = lambda *a, **k: True\n",
         "patched-ipython": "get_ipython().events.register('post_run_cell', lambda result: None)\n",
         "patched-builtins-import": "_import = __builtins__.__import__\n"
         "__builtins__.__import__ = lambda *a, **k: _import(*a, **k)\n",
-        "patched-builtins-print": "import builtins as _b\n\n_print = _b.print\n"
+        "patched-builtins-print": "_b = __import__('builtins')\n_print = _b.print\n"
         "_b.print = lambda *a, **k: _print(*a, **k)\n",
         "patched-setattr-local": "import numpy as np\n\n_m = np\n"
         "setattr(_m, 'allclose', lambda *a, **k: True)\n",
