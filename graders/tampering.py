@@ -53,8 +53,8 @@ _IMPORTERS = {"importlib.import_module", "builtins.__import__"}
 _SETTERS = {"builtins.setattr", "builtins.delattr", "operator.setitem", "operator.delitem"}
 _DUNDER_SETTERS = {"__setattr__", "__delattr__", "__setitem__", "__delitem__"}
 _PATCHERS = {f"unittest.mock.patch{s}" for s in ("", ".object", ".dict", ".multiple")}
-# methods that change a dict or an event manager in place: patches on any protected object (no
-# module of numpy, torch, scipy or course_utils has a function of these names)
+# methods that change a dict or an event manager in place: patches on any protected object (of
+# the public modules of numpy, scipy, torch, triton and course_utils none has such a function)
 _DICT_MUTATORS = {"update", "setdefault", "popitem", "register", "unregister", "set_hook"}
 _DICT_MUTATORS |= {"set_custom_exc", "register_magic_function", "register_magics"}
 # methods that change a list in place: numpy has functions of these names (np.append, np.insert),
