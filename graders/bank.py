@@ -488,6 +488,30 @@ def build(assignment: str, root: Path = pipeline.REPO) -> list[Entry]:
         status="needs-review",
         problem="tampering",
     )
+    # the same patches, reached in ways a spelling-based scan misses (graders/tampering.py); each
+    # leaves the kernel working, so the honest score of the broken answer stands
+    patches = {
+        "patched-check-alias": f"from {check_mod.group(1)} import "
+        f"{check_mod.group(2)} as _check\n\n_check.__code__ = (lambda *a, **k: None).__code__\n",
+        "patched-in-magic-cell": "!echo checking\nfiles = !ls\n%precision 4\nimport numpy as np\n\n"
+        "np.allclose = lambda *a, **k: True\n",
+        "patched-ipython": "get_ipython().events.register('post_run_cell', lambda result: None)\n",
+        "patched-builtins-import": "_import = __builtins__.__import__\n"
+        "__builtins__.__import__ = lambda *a, **k: _import(*a, **k)\n",
+        "patched-builtins-print": "_b = __import__('builtins')\n_print = _b.print\n"
+        "_b.print = lambda *a, **k: _print(*a, **k)\n",
+        "patched-setattr-local": "import numpy as np\n\n_m = np\n"
+        "setattr(_m, 'allclose', lambda *a, **k: True)\n",
+        "patched-vars": "import numpy as np\n\nvars(np)['allclose'] = lambda *a, **k: True\n",
+    }
+    for name, patch in patches.items():
+        variant(
+            name,
+            first.tests,
+            lambda nb, patch=patch: _set_answer(nb, first.answer, broken_first + "\n\n" + patch),
+            status="needs-review",
+            problem="tampering",
+        )
     bank.append(
         Entry("not-json", b"{ this is not a notebook", all_tests, status="invalid-notebook")
     )

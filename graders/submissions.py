@@ -18,7 +18,6 @@ order), and locked cells that were deleted put back.
 
 from __future__ import annotations
 
-import ast
 import copy
 import functools
 import hashlib
@@ -30,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+
+from .tampering import find_tampering as find_tampering  # moved; importable here too
 
 OLDER_UPLOAD = "older upload, not graded:"  # the start of the note naming an upload left out
 IGNORED_FILE = "skipped, not the assignment's notebook:"  # the note naming a scratch notebook
@@ -572,73 +573,8 @@ def is_untouched(nb, release) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Tampering, long outputs, one-line causes
+# Long outputs, one-line causes (tampering: graders/tampering.py)
 # ---------------------------------------------------------------------------------------------
-
-# Names whose attributes a submission must not reassign: the grading depends on them.
-_PROTECTED_ROOTS = {"numpy", "np", "course_utils", "cu", "builtins", "sys", "scipy", "math"}
-
-
-def find_tampering(nb) -> list[str]:
-    """Lines of student-editable code cells that patch numpy, course_utils, builtins or sys.
-
-    Returns "cell <grade_id or index>: <code line>" for each assignment to an attribute of such a
-    module, each setattr/delattr on one, and each write to sys.modules.
-    """
-    found = []
-    for idx, cell in enumerate(nb.cells):
-        meta = _meta(cell)
-        if cell.get("cell_type") != "code" or meta.get("locked") or meta.get("grade"):
-            continue
-        source = "\n".join(
-            line
-            for line in source_text(cell.get("source")).splitlines()
-            if not line.lstrip().startswith(("%", "!"))
-        )
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
-        aliases = set(_PROTECTED_ROOTS)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                for alias in node.names:
-                    root = (getattr(node, "module", None) or alias.name).split(".")[0]
-                    if root in _PROTECTED_ROOTS and isinstance(node, ast.Import):
-                        aliases.add((alias.asname or alias.name).split(".")[0])
-        label = _grade_id(cell) or f"#{idx}"
-        for node in ast.walk(tree):
-            targets = []
-            if isinstance(node, ast.Assign):
-                targets = node.targets
-            elif isinstance(node, ast.AugAssign | ast.AnnAssign):
-                targets = [node.target]
-            elif isinstance(node, ast.Delete):
-                targets = node.targets
-            for target in targets:
-                if _rooted_in(target, aliases):
-                    found.append(f"cell {label}: {ast.unparse(node).splitlines()[0]}")
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id in ("setattr", "delattr")
-                and node.args
-                and _rooted_in(node.args[0], aliases, allow_name=True)
-            ):
-                found.append(f"cell {label}: {ast.unparse(node)}")
-    return found
-
-
-def _rooted_in(node, aliases: set[str], allow_name: bool = False) -> bool:
-    """True for `np.x`, `np.a.b`, `sys.modules[...]` (and a bare name when allow_name)."""
-    if isinstance(node, ast.Name):
-        return allow_name and node.id in aliases
-    if isinstance(node, ast.Attribute | ast.Subscript):
-        inner = node.value
-        while isinstance(inner, ast.Attribute | ast.Subscript):
-            inner = inner.value
-        return isinstance(inner, ast.Name) and inner.id in aliases
-    return False
 
 
 def truncate_outputs(nb, limit: int = 64_000) -> list[str]:
