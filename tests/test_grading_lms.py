@@ -418,23 +418,28 @@ def test_a_canvas_zip_is_graded_and_exported(tmp_path):
         **_sandbox_kw(),
     )
     by = {r["student"]: r for r in outcome.results}
-    assert set(by) == {"agarcia", "wchen"}
+    assert set(by) == {"agarcia", "wchen", "sobrien"}  # the roster is the class
     assert by["agarcia"]["score"] == by["agarcia"]["max_score"] > 0
     assert by["wchen"]["score"] < by["wchen"]["max_score"]
+    assert by["wchen"]["status"] == "untouched"  # the release handed back late, unchanged
+    assert by["sobrien"]["status"] == "missing" and by["sobrien"]["score"] == 0
     grades = {r["student"]: r for r in csv.DictReader(open(out / "grades.csv", encoding="utf-8"))}
-    assert set(grades) == {"agarcia", "wchen"}
+    assert set(grades) == {"agarcia", "wchen", "sobrien"}
     assert grades["agarcia"]["name"] == "García, Ana"
     assert float(grades["agarcia"][A]) == by["agarcia"]["max_score"]
     assert lms.LATE_NOTE in grades["wchen"]["problems"]
+    assert grades["sobrien"]["status"] == "missing"
+    assert float(grades["sobrien"]["max_total"]) == by["agarcia"]["max_score"]
     canvas = list(csv.reader(open(out / "grades_canvas.csv", encoding="utf-8")))
     rows = {r[1]: r for r in canvas[2:]}
-    assert set(rows) == {"1001", "1003"}
+    assert set(rows) == {"1001", "1003", "1004"}
     assert rows["1001"][:5] == ["García, Ana", "1001", "S1001", "agarcia", "A"]
     assert float(rows["1001"][5]) == by["agarcia"]["max_score"]
     assert float(rows["1003"][5]) == by["wchen"]["score"]
+    assert float(rows["1004"][5]) == 0.0  # nothing handed in: 0, not an empty cell
     moodle = {
         r["Username"]: r for r in csv.DictReader(open(out / "grades_moodle.csv", encoding="utf-8"))
     }
-    assert set(moodle) == {"agarcia", "wchen"}
+    assert set(moodle) == {"agarcia", "wchen", "sobrien"}
     assert float(moodle["agarcia"][A]) == by["agarcia"]["max_score"]
     assert not list(out.glob("grades_moodle-worksheet_*.csv"))  # a Canvas download: no ids
