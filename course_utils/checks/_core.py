@@ -197,11 +197,21 @@ def _describe_args(case: Case, names: Sequence[str] | None = None) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+# The rule of the traced inputs, in the words of the notebooks' exercise texts and of the
+# mistakes' explanations (one sentence everywhere, so that text, check and message agree).
+TILE_READS = (
+    "A tile sliced once is on chip from the first time you compute with it: reading it again in "
+    "any way (its elements, its rows, a loop over it, a second loop) is free; slicing the input "
+    "again is a second read."
+)
+
+
 class LoadLog:
     """The loads of one traced input: how often each element was loaded, and each load's elements.
 
-    The rule, in the words of the notebooks: a tile sliced once is on chip; reading it again in
-    any way is free; slicing the input again is a second read.
+    The rule, in the words of the notebooks (TILE_READS): a tile sliced once is on chip from the
+    first time you compute with it; reading it again in any way is free; slicing the input again
+    is a second read.
 
     A *tile* is a slice or a gather of the input (`K[j:j + Bc]`, `x[..., s:e]`, `x[r]`, `K[idx]`).
     Its elements are loaded the first time the learner computes with them (a NumPy slice alone is
