@@ -250,6 +250,13 @@ class LoadLog:
         self.counts.reshape(-1)[flat] += 1
         self.loads.append(flat)
 
+    def extend(self, i: int, idx) -> None:
+        """Add the elements idx (flat indices, none of them in it yet) to load i: a tile read
+        piece by piece (its rows, its elements in a loop) is one load, as wide as what it read."""
+        flat = np.unique(np.asarray(idx, dtype=np.int64).ravel())
+        self.counts.reshape(-1)[flat] += 1
+        self.loads[i] = np.union1d(self.loads[i], flat)
+
     def positions(self, load: np.ndarray, axis: int) -> np.ndarray:
         """The distinct positions along `axis` that one load touches."""
         return np.unique(np.unravel_index(load, self.shape)[axis]) if self.shape else load
@@ -315,10 +322,12 @@ class _Tile:
     computation with it is a load of what it reads again; a slice of it starts a new tile.
     """
 
-    __slots__ = ("whole",)
+    __slots__ = ("whole", "extent", "load")
 
-    def __init__(self, whole: bool = False):
+    def __init__(self, whole: bool = False, extent: np.ndarray | None = None):
         self.whole = whole
+        self.extent = extent  # the flat indices of the input elements the tile holds
+        self.load = None  # while on chip, the index of its load in LoadLog.loads
 
 
 class Traced(np.ndarray):
@@ -366,21 +375,44 @@ class Traced(np.ndarray):
         """Load the input elements idx (flat indices) of this array's tile.
 
         The whole input loads them every time. A tile loads only those of its elements not yet on
-        chip, however they are read (whole, by pieces, element by element); computing with
-        another tile of the same input evicts it, one tile of each input being on chip at a time.
+        chip, however they are read (whole, by pieces, element by element). One tile of each
+        input is on chip at a time: computing with another tile of the same input evicts it, but
+        for the elements both hold (the same tile sliced again right after itself stays on chip).
         """
         log, tile = self._log, self._tile
         if tile.whole:
             log.record(idx)
             return
-        if log.on_chip is not tile:
+        if log.on_chip is not tile:  # evict the other tile, but for the elements both hold
+            kept = tile.extent[log.chip[tile.extent]]
             log.chip[:] = False
-            log.on_chip = tile
+            log.chip[kept] = True
+            log.on_chip, tile.load = tile, None
         flat = np.asarray(idx, dtype=np.int64).ravel()
-        new = flat[~log.chip[flat]]
-        if new.size:
+        new = np.unique(flat[~log.chip[flat]])
+        if new.size == 0:
+            return
+        if tile.load is None:
             log.record(new)
-            log.chip[new] = True
+            tile.load = len(log.loads) - 1
+        else:
+            log.extend(tile.load, new)
+        log.chip[new] = True
+
+    def _piece_tile(self, key, idx) -> _Tile:
+        """The tile of self[key]: the same tile for its rows and elements (`tile[j]`) and for any
+        piece once some of it is on chip; a new tile for a slice of the whole input, or a slice
+        cut from a view not yet read (`row = x[r]`, then `row[s:s + block]`: the blocks are the
+        tiles)."""
+        tile, log = self._tile, self._log
+        if tile.whole:
+            return _Tile(extent=np.asarray(idx).ravel())
+        ints = key if isinstance(key, tuple) else (key,)
+        if all(isinstance(k, int | np.integer) for k in ints):
+            return tile
+        if log.on_chip is tile and tile.load is not None:
+            return tile
+        return _Tile(extent=np.asarray(idx).ravel())
 
     def _origin_index(self) -> np.ndarray:
         """For each element of self, the flat index of the input element it holds."""
@@ -413,9 +445,7 @@ class Traced(np.ndarray):
             return res
         out = res.view(Traced)
         out._log = self._log
-        # a piece of a tile is the same tile (on chip once read, however it is read again);
-        # a piece of the whole input is a new tile
-        out._tile = _Tile() if self._tile.whole else self._tile
+        out._tile = self._piece_tile(key, idx)
         view = self._buf.holds(res) and np.shares_memory(res, plain)
         out._buf = self._buf if view else _Buffer(res, idx)
         if not view:  # a gather (K[idx], x[mask]) copies, so it reads now
