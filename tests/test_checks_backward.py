@@ -848,7 +848,8 @@ def backward_mask_only(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
 
 
 def backward_skip_after_reading(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
-    """Slices the tile before the skip test: a slice is no read until it is computed with."""
+    """Slices the tile before the skip test: a slice is no read until it is computed with (the
+    text: a tile computed with and then skipped counts; a slice never computed with is no read)."""
     tau = 1 / math.sqrt(Q.shape[1])
     D = (dO * O).sum(1)
     L = np.where(np.isneginf(lse), np.inf, lse)
@@ -863,6 +864,30 @@ def backward_skip_after_reading(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False)
             s = tau * q @ k.T
             if causal:
                 s = np.where(np.arange(j, j + len(k))[None, :] <= rows[:, None], s, -np.inf)
+            p = np.exp(s - L[rows, None])
+            dV[j : j + Bc] += p.T @ do
+            ds = p * (do @ v.T - D[rows, None])
+            dQ[i : i + Br] += tau * ds @ k
+            dK[j : j + Bc] += tau * ds.T @ q
+    return dQ, dK, dV
+
+
+def backward_skip_after_computing(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
+    """Computes the tile's scores, then skips it when they are all masked: too late."""
+    tau = 1 / math.sqrt(Q.shape[1])
+    D = (dO * O).sum(1)
+    L = np.where(np.isneginf(lse), np.inf, lse)
+    dQ, dK, dV = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
+    for j in range(0, len(K), Bc):
+        k, v = K[j : j + Bc], V[j : j + Bc]
+        for i in range(0, len(Q), Br):
+            q, do = Q[i : i + Br], dO[i : i + Br]
+            rows = np.arange(i, i + len(q))
+            s = tau * q @ k.T
+            if causal:
+                s = np.where(np.arange(j, j + len(k))[None, :] <= rows[:, None], s, -np.inf)
+                if np.isneginf(s).all():
+                    continue
             p = np.exp(s - L[rows, None])
             dV[j : j + Bc] += p.T @ do
             ds = p * (do @ v.T - D[rows, None])
@@ -907,6 +932,7 @@ RULE_BREAKERS = [
     ("strips of dP = dO V_j^T", backward_dO_whole_per_tile, "full-score-matrix"),
     ("D recomputed per K/V tile", backward_d_in_the_loop, "ignores-tile-size"),
     ("no skip, mask only", backward_mask_only, "causal-tiles-not-skipped"),
+    ("computed, then skipped", backward_skip_after_computing, "causal-tiles-not-skipped"),
     ("queries outside, no break", backward_queries_outside_no_break, "causal-tiles-not-skipped"),
 ]
 
