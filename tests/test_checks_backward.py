@@ -166,11 +166,41 @@ def backward_astype_diagonal_start(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=Fal
     return dQ, dK, dV
 
 
+def backward_row_loops(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
+    """Python loops over the rows of each query tile: K/V tiles outside, the skip decided before
+    slicing; each row q_i[r], do_i[r] of the sliced tiles is read twice, free on chip."""
+    N, d = Q.shape
+    tau = 1 / math.sqrt(d)
+    D = (dO * O).sum(axis=1)
+    L = np.where(np.isneginf(lse), np.inf, lse)
+    dQ, dK, dV = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
+    for j in range(0, len(K), Bc):
+        k_j, v_j = K[j : j + Bc], V[j : j + Bc]
+        dk_j, dv_j = np.zeros(k_j.shape), np.zeros(v_j.shape)
+        cols = np.arange(j, j + len(k_j))
+        for i in range(0, N, Br):
+            if causal and min(i + Br, N) - 1 < j:
+                continue
+            q_i, do_i = Q[i : i + Br], dO[i : i + Br]
+            for r in range(len(q_i)):
+                s = tau * (k_j @ q_i[r])
+                if causal:
+                    s = np.where(cols <= i + r, s, -np.inf)
+                p = np.exp(s - L[i + r])
+                dv_j += np.outer(p, do_i[r])
+                ds = p * (v_j @ do_i[r] - D[i + r])
+                dQ[i + r] += tau * (ds @ k_j)
+                dk_j += tau * np.outer(ds, q_i[r])
+        dK[j : j + Bc], dV[j : j + Bc] = dk_j, dv_j
+    return dQ, dK, dV
+
+
 BACKWARD_STYLES = [
     flash_attention_backward,
     backward_queries_outside,
     backward_einsum_split,
     backward_astype_diagonal_start,
+    backward_row_loops,
 ]
 
 CHECKS = [
@@ -818,7 +848,8 @@ def backward_mask_only(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
 
 
 def backward_skip_after_reading(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
-    """Slices the tile before the skip test: a slice is no read until it is computed with."""
+    """Slices the tile before the skip test: a slice is no read until it is computed with (the
+    text: a tile computed with and then skipped counts; a slice never computed with is no read)."""
     tau = 1 / math.sqrt(Q.shape[1])
     D = (dO * O).sum(1)
     L = np.where(np.isneginf(lse), np.inf, lse)
@@ -833,6 +864,30 @@ def backward_skip_after_reading(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False)
             s = tau * q @ k.T
             if causal:
                 s = np.where(np.arange(j, j + len(k))[None, :] <= rows[:, None], s, -np.inf)
+            p = np.exp(s - L[rows, None])
+            dV[j : j + Bc] += p.T @ do
+            ds = p * (do @ v.T - D[rows, None])
+            dQ[i : i + Br] += tau * ds @ k
+            dK[j : j + Bc] += tau * ds.T @ q
+    return dQ, dK, dV
+
+
+def backward_skip_after_computing(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
+    """Computes the tile's scores, then skips it when they are all masked: too late."""
+    tau = 1 / math.sqrt(Q.shape[1])
+    D = (dO * O).sum(1)
+    L = np.where(np.isneginf(lse), np.inf, lse)
+    dQ, dK, dV = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
+    for j in range(0, len(K), Bc):
+        k, v = K[j : j + Bc], V[j : j + Bc]
+        for i in range(0, len(Q), Br):
+            q, do = Q[i : i + Br], dO[i : i + Br]
+            rows = np.arange(i, i + len(q))
+            s = tau * q @ k.T
+            if causal:
+                s = np.where(np.arange(j, j + len(k))[None, :] <= rows[:, None], s, -np.inf)
+                if np.isneginf(s).all():
+                    continue
             p = np.exp(s - L[rows, None])
             dV[j : j + Bc] += p.T @ do
             ds = p * (do @ v.T - D[rows, None])
@@ -877,6 +932,7 @@ RULE_BREAKERS = [
     ("strips of dP = dO V_j^T", backward_dO_whole_per_tile, "full-score-matrix"),
     ("D recomputed per K/V tile", backward_d_in_the_loop, "ignores-tile-size"),
     ("no skip, mask only", backward_mask_only, "causal-tiles-not-skipped"),
+    ("computed, then skipped", backward_skip_after_computing, "causal-tiles-not-skipped"),
     ("queries outside, no break", backward_queries_outside_no_break, "causal-tiles-not-skipped"),
 ]
 

@@ -112,6 +112,31 @@ def by_parts_key_by_key(q, K, V, parts):
     return o, lse
 
 
+def by_parts_loops(q, K, V, parts):
+    """Python loops: per part one gather of K and V; per query, the max in one loop over the
+    part's keys, then a loop per key for the weights and the sum; then the merge."""
+    tau = 1 / math.sqrt(q.shape[1])
+    o, lse = np.zeros((len(q), V.shape[1])), np.full(len(q), -np.inf)
+    for idx in parts:
+        if len(idx) == 0:
+            continue
+        K_p, V_p = K[np.asarray(idx, dtype=int)], V[np.asarray(idx, dtype=int)]
+        o_p, lse_p = np.zeros((len(q), V.shape[1])), np.zeros(len(q))
+        for r in range(len(q)):
+            scores = [tau * float(q[r] @ K_p[j]) for j in range(len(K_p))]
+            m = -math.inf
+            for x in scores:
+                m = max(m, x)
+            l, acc = 0.0, np.zeros(V.shape[1])
+            for j in range(len(K_p)):
+                w = math.exp(scores[j] - m)
+                l += w
+                acc = acc + w * V_p[j]
+            o_p[r], lse_p[r] = acc / l, m + math.log(l)
+        o, lse = merge_partials(o, lse, o_p, lse_p)
+    return o, lse
+
+
 def by_parts_tree(q, K, V, parts):
     """Boolean masks to gather each part; the partials merged pairwise, as a tree."""
     tau = q.shape[1] ** -0.5
@@ -213,7 +238,7 @@ def by_parts_k_way(q, K, V, parts):
 
 
 MERGE_STYLES = [good_merge, merge_by_max, merge_nan_to_num, merge_row_by_row]
-PARTS_STYLES = [good_by_parts, by_parts_key_by_key, by_parts_tree]
+PARTS_STYLES = [good_by_parts, by_parts_key_by_key, by_parts_tree, by_parts_loops]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import re
 
 import numpy as np
@@ -85,6 +86,28 @@ def stats_block_local(x, block):
     return m, l
 
 
+def stats_loops(x, block):
+    """Python loops, as a beginner writes them: per row, per block a slice; the block's max in
+    one loop over its scores, the sum of its exponentials in another (the issue's example)."""
+    rows, n = x.shape[:-1], x.shape[-1]
+    m, l = np.full(rows, -np.inf), np.zeros(rows)
+    for r in np.ndindex(rows):
+        for s in range(0, n, block):
+            xb = x[r][s : s + block]
+            block_max = -math.inf
+            for v in xb:
+                block_max = max(block_max, float(v))
+            m_new = max(m[r], block_max)
+            if m_new == -math.inf:
+                continue
+            total = 0.0
+            for v in xb:
+                total += math.exp(v - m_new)
+            l[r] = l[r] * math.exp(m[r] - m_new) + total
+            m[r] = m_new
+    return m, l
+
+
 def good_attention(x, v, block):
     """One query's (o, lse) from the running (m, l, acc), divided once at the end."""
     m, l, acc = -np.inf, 0.0, np.zeros(np.shape(v)[1:])
@@ -116,6 +139,30 @@ def attention_per_score(x, v, block):
     return acc / l, m + np.log(l)
 
 
+def attention_key_loops(x, v, block):
+    """Per block a slice of x and of v; the block's max in one loop over its scores, then a loop
+    per key for the weight and acc (the issue's per-key loop), reading x_b[j] and v_b[j]."""
+    m, l, acc = -math.inf, 0.0, np.zeros(np.shape(v)[1:])
+    for s in range(0, len(x), block):
+        xb, vb = x[s : s + block], v[s : s + block]
+        block_max = -math.inf
+        for j in range(len(xb)):
+            block_max = max(block_max, xb[j])
+        m_new = max(m, block_max)
+        if m_new == -math.inf:
+            continue
+        factor = math.exp(m - m_new)
+        l, acc = l * factor, acc * factor
+        for j in range(len(xb)):
+            w = math.exp(xb[j] - m_new)
+            l += w
+            acc = acc + w * vb[j]
+        m = m_new
+    if l == 0:
+        return np.zeros(np.shape(v)[1:]), -math.inf
+    return acc / l, m + math.log(l)
+
+
 def attention_array_split(x, v, block):
     """float64 copies (astype), blocks of x and v from np.array_split, tensordot."""
     x, v = x.astype(np.float64), v.astype(np.float64)
@@ -135,8 +182,13 @@ def attention_array_split(x, v, block):
     return acc / l, np.float64(m + np.log(l))
 
 
-STATS_STYLES = [good_stats, stats_per_score, stats_array_split, stats_block_local]
-ATTENTION_STYLES = [good_attention, attention_per_score, attention_array_split]
+STATS_STYLES = [good_stats, stats_per_score, stats_array_split, stats_block_local, stats_loops]
+ATTENTION_STYLES = [
+    good_attention,
+    attention_per_score,
+    attention_array_split,
+    attention_key_loops,
+]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,6 +423,36 @@ def test_a_loop_over_the_rows_that_slices_blocks_passes():
         return m, l
 
     _run_quietly(chk.check_online_softmax_stats, per_row)
+
+
+def test_a_block_sliced_once_is_on_chip_however_it_is_read_again():
+    """Issue 39: loops over a tile already sliced read no score again; loops that slice the input
+    again for the sum, in a second pass over the blocks, do."""
+    for check, learner in [
+        (chk.check_online_softmax_stats, stats_loops),
+        (chk.check_online_softmax_attention, attention_key_loops),
+    ]:
+        out, _ = _run_quietly(check, learner)
+        assert out.startswith("✓ ") and "rules hold" in out, out
+
+    def sliced_again_for_the_sum(x, block):
+        """The same loops, but a pass over the blocks for the max, then another for the sum."""
+        rows, n = x.shape[:-1], x.shape[-1]
+        m, l = np.full(rows, -np.inf), np.zeros(rows)
+        for r in np.ndindex(rows):
+            for s in range(0, n, block):
+                for v in x[r][s : s + block]:
+                    m[r] = max(m[r], float(v))
+            if m[r] == -math.inf:
+                continue
+            for s in range(0, n, block):
+                for v in x[r][s : s + block]:
+                    l[r] += math.exp(v - m[r])
+        return m, l
+
+    message = _fails_with(chk.check_online_softmax_stats, sliced_again_for_the_sum)
+    assert _slugs(message) == ["multi-pass"], message
+    assert "read 2 times" in message and "slicing the input again is a second read" in message
 
 
 # ---------------------------------------------------------------------------------------------

@@ -117,6 +117,30 @@ def partials_np_split(q, K, V, num_splits):
     return out_partial, lse_partial
 
 
+def partials_loops(q, K, V, num_splits):
+    """Python loops: per chunk a slice of K and V; a loop over its keys for the scores, another
+    for the max, a loop per key for the weights, the sum and the average."""
+    nk, dv = len(K), V.shape[1]
+    c = -(-nk // num_splits)
+    scale = 1 / math.sqrt(len(q))
+    out_partial, lse_partial = np.zeros((num_splits, dv)), np.full(num_splits, -math.inf)
+    for s in range(num_splits):
+        k_s, v_s = K[s * c : (s + 1) * c], V[s * c : (s + 1) * c]
+        if len(k_s) == 0:
+            continue
+        x = [float(k @ q) * scale for k in k_s]
+        m = -math.inf
+        for x_j in x:
+            m = max(m, x_j)
+        l, acc = 0.0, np.zeros(dv)
+        for j in range(len(k_s)):
+            w = math.exp(x[j] - m)
+            l += w
+            acc = acc + w * v_s[j]
+        out_partial[s], lse_partial[s] = acc / l, m + math.log(l)
+    return out_partial, lse_partial
+
+
 split_kv_partials = partials_loop  # the decodes below find it as the notebook's would
 
 
@@ -189,7 +213,13 @@ def not_done(*args, **kwargs):
     raise NotImplementedError()
 
 
-PARTIALS_STYLES = [partials_loop, partials_logaddexp, partials_index_arrays, partials_np_split]
+PARTIALS_STYLES = [
+    partials_loop,
+    partials_logaddexp,
+    partials_index_arrays,
+    partials_np_split,
+    partials_loops,
+]
 DECODE_STYLES = [decode_own_merge, decode_course_merge, decode_one_shot, decode_tree]
 GRID_STYLES = [good_grid, grid_math_ceil, grid_numpy]
 

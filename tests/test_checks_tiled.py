@@ -240,6 +240,46 @@ def forward_split_every_tile(Q, K, V, Br=16, Bc=16, causal=False):
     return O, lse
 
 
+def forward_key_loops(Q, K, V, Br=16, Bc=16, causal=False):
+    """Python loops: Q scaled whole up front (a scaled copy, as section 4 suggests); per query
+    tile and K/V tile, a loop over the tile's keys for the score columns and for acc, a loop
+    over the query rows for the running state; the causal stop decided before slicing."""
+    N, d = Q.shape
+    Qs = Q * (1 / math.sqrt(d))
+    O, lse = np.zeros((N, V.shape[1])), np.full(N, -np.inf)
+    for i in range(0, N, Br):
+        q = Qs[i : i + Br]
+        n_q = len(q)
+        m, l = [-math.inf] * n_q, [0.0] * n_q
+        acc = np.zeros((n_q, V.shape[1]))
+        for j in range(0, len(K), Bc):
+            if causal and j > i + n_q - 1:
+                break
+            k_j, v_j = K[j : j + Bc], V[j : j + Bc]
+            s = np.empty((n_q, len(k_j)))
+            for c in range(len(k_j)):
+                s[:, c] = q @ k_j[c]
+                if causal:
+                    s[:, c] = np.where(np.arange(i, i + n_q) >= j + c, s[:, c], -np.inf)
+            p = np.zeros(s.shape)
+            for r in range(n_q):
+                m_new = max(m[r], float(s[r].max()))
+                if m_new == -math.inf:
+                    continue
+                p[r] = np.exp(s[r] - m_new)
+                scale = math.exp(m[r] - m_new)
+                l[r] = l[r] * scale + float(p[r].sum())
+                acc[r] *= scale
+                m[r] = m_new
+            for c in range(len(v_j)):
+                acc += p[:, c : c + 1] * v_j[c]
+        for r in range(n_q):
+            if l[r] > 0:
+                O[i + r] = acc[r] / l[r]
+                lse[i + r] = m[r] + math.log(l[r])
+    return O, lse
+
+
 RIGHT_STYLES = [
     flash_attention_forward,
     forward_row_loops,
@@ -248,6 +288,7 @@ RIGHT_STYLES = [
     forward_array_split,
     forward_split_every_tile,
     forward_clipped_at_diagonal,
+    forward_key_loops,
 ]
 
 

@@ -197,28 +197,47 @@ def _describe_args(case: Case, names: Sequence[str] | None = None) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+# The rule of the traced inputs, in the words of the notebooks' exercise texts and of the
+# mistakes' explanations (one sentence everywhere, so that text, check and message agree).
+TILE_READS = (
+    "A tile sliced once is on chip from the first time you compute with it: reading it again in "
+    "any way (its elements, its rows, a loop over it, a second loop) is free; slicing the input "
+    "again is a second read."
+)
+
+
 class LoadLog:
     """The loads of one traced input: how often each element was loaded, and each load's elements.
 
-    A *load* brings elements of the input into a computation: the first computation with a tile
-    taken by slicing (`K[j:j + Bc]`, `x[..., s:e]`), a gather (`K[idx]`, `x[mask]`: it copies),
-    each computation with the whole input (`x.max()`, `Q @ K.T`, `logsumexp(x)`: it never fits
-    on chip), or an element read as a number (`float(x[i])`).
-    Taking a view is not a load by itself (`x[r]`, `K.T`: their pieces are loaded when used);
-    computing again with a loaded tile is not a load (it is "on chip"); conversions (`np.asarray`,
-    `astype`, `copy`) and same-shape element-wise arithmetic (`K * scale`, `x - m`) give arrays
-    that share their source's tile. The same elements loaded twice in a row count once.
+    The rule, in the words of the notebooks (TILE_READS): a tile sliced once is on chip from the
+    first time you compute with it; reading it again in any way is free; slicing the input again
+    is a second read.
+
+    A *tile* is a slice or a gather of the input (`K[j:j + Bc]`, `x[..., s:e]`, `x[r]`, `K[idx]`).
+    Its elements are loaded the first time the learner computes with them (a NumPy slice alone is
+    a view: a tile sliced and never computed with is not read). After that they are on chip: any
+    later read of the tile or of a piece of it (`tile.max()`, `tile[j] * w`, `float(tile[i])`,
+    `for v in tile`, `tile[a:b]`, a second loop over it) is free, and so are the arrays derived
+    from it element by element. One tile of each input is on chip at a time: computing with
+    another tile of the same input evicts it (K/V tiles cut once before the query loop are read
+    again each time). The whole input (and its views: K.T, reshape) is no tile: it never fits on
+    chip, so every computation with it (`x.max()`, `Q @ K.T`, `logsumexp(x)`, `float(x[i])`) loads
+    what it reads again. Conversions (`np.asarray`, `astype`, `copy`) and same-shape element-wise
+    arithmetic (`K * scale`, `x - m`) give arrays that share their source's tile, or stay the
+    whole input. The same elements loaded twice in a row count once.
 
     Attributes:
         shape: the input's shape.  counts: int64 array of that shape, loads per element.
-        loads: one sorted array of flat element indices per load, in order.
+        loads: one sorted array of flat element indices per load, in order (a tile read piece by
+        piece, element by element in a loop, is one load per piece, each element in one of them).
     """
 
     def __init__(self, shape: tuple[int, ...]):
         self.shape = tuple(shape)
         self.counts = np.zeros(self.shape, dtype=np.int64)
         self.loads: list[np.ndarray] = []
-        self.on_chip = None  # the tile of this input last computed with (see Traced._use)
+        self.on_chip = None  # the tile of this input last computed with (see Traced._load)
+        self.chip = np.zeros(self.counts.size, dtype=bool)  # which of its elements are loaded
 
     def record(self, idx) -> None:
         """Count one load of the elements idx (flat indices); the same tile loaded again right
@@ -230,6 +249,13 @@ class LoadLog:
             return
         self.counts.reshape(-1)[flat] += 1
         self.loads.append(flat)
+
+    def extend(self, i: int, idx) -> None:
+        """Add the elements idx (flat indices, none of them in it yet) to load i: a tile read
+        piece by piece (its rows, its elements in a loop) is one load, as wide as what it read."""
+        flat = np.unique(np.asarray(idx, dtype=np.int64).ravel())
+        self.counts.reshape(-1)[flat] += 1
+        self.loads[i] = np.union1d(self.loads[i], flat)
 
     def positions(self, load: np.ndarray, axis: int) -> np.ndarray:
         """The distinct positions along `axis` that one load touches."""
@@ -288,27 +314,31 @@ _SHAPE_ONLY = {
 
 
 class _Tile:
-    """The on-chip state shared by an array and everything derived from it element by element.
+    """One tile of an input: a slice or gather of it, shared by every piece cut from it (rows,
+    elements, sub-slices) and by everything derived from it element by element, so that reading
+    the tile again in any way is free while it is on chip (LoadLog.on_chip, LoadLog.chip).
 
     The whole input (and its views: K.T, reshape) is no tile: it never fits on chip, so every
-    computation with it is a load of all of it again.
+    computation with it is a load of what it reads again; a slice of it starts a new tile.
     """
 
-    __slots__ = ("loaded", "whole")
+    __slots__ = ("whole", "extent", "load")
 
-    def __init__(self, loaded: bool = False, whole: bool = False):
-        self.loaded, self.whole = loaded, whole
+    def __init__(self, whole: bool = False, extent: np.ndarray | None = None):
+        self.whole = whole
+        self.extent = extent  # the flat indices of the input elements the tile holds
+        self.load = None  # while on chip, the index of its load in LoadLog.loads
 
 
 class Traced(np.ndarray):
     """A read-only array that records its loads into a LoadLog (see LoadLog for what counts).
 
-    Made by `traced(a)`; the learner sees an ordinary ndarray. Indexing gives a *tile*: a view
-    (or a copy, for fancy indexing) that is loaded, and counted, the first time it is computed
-    with; after that it and whatever is derived from it element by element are on chip, free.
+    Made by `traced(a)`; the learner sees an ordinary ndarray. Indexing the input gives a *tile*:
+    a view (or a copy, for fancy indexing) whose elements are loaded, and counted, the first time
+    they are computed with or read as numbers; after that the tile, every piece of it (rows,
+    elements, iteration) and whatever is derived from it element by element are on chip, free.
     Views (.T, reshape), conversions (astype, copy, np.asarray) and same-shape element-wise
-    arithmetic (K * scale) share their source's tile; an element read as a Python number is a
-    load of that element.
+    arithmetic (K * scale) share their source's tile.
     """
 
     _log: LoadLog | None = None
@@ -330,23 +360,59 @@ class Traced(np.ndarray):
 
     @property
     def _loaded(self) -> bool:
-        return self._tile is not None and self._tile.loaded
+        """Every element of this array is on chip (the whole input never is)."""
+        log, tile = self._log, self._tile
+        if log is None or tile.whole or log.on_chip is not tile:
+            return False
+        return bool(log.chip[self._origin_index()].all())
 
     def _use(self) -> None:
-        """This array takes part in a computation: load its tile, unless it is on chip.
+        """This array takes part in a computation: load what of it is not on chip."""
+        if self._log is not None:
+            self._load(self._origin_index())
 
-        One tile of each input is on chip at a time: computing with another tile of the same
-        input evicts it (K/V tiles cut once before the query loop are read again each time).
+    def _load(self, idx) -> None:
+        """Load the input elements idx (flat indices) of this array's tile.
+
+        The whole input loads them every time. A tile loads only those of its elements not yet on
+        chip, however they are read (whole, by pieces, element by element). One tile of each
+        input is on chip at a time: computing with another tile of the same input evicts it, but
+        for the elements both hold (the same tile sliced again right after itself stays on chip).
         """
         log, tile = self._log, self._tile
-        if log is None or (tile.loaded and log.on_chip is tile):
-            return
-        log.record(self._origin_index())
         if tile.whole:
+            log.record(idx)
             return
-        if log.on_chip is not None:
-            log.on_chip.loaded = False
-        tile.loaded, log.on_chip = True, tile
+        if log.on_chip is not tile:  # evict the other tile, but for the elements both hold
+            kept = tile.extent[log.chip[tile.extent]]
+            log.chip[:] = False
+            log.chip[kept] = True
+            log.on_chip, tile.load = tile, None
+        flat = np.asarray(idx, dtype=np.int64).ravel()
+        new = np.unique(flat[~log.chip[flat]])
+        if new.size == 0:
+            return
+        if tile.load is None:
+            log.record(new)
+            tile.load = len(log.loads) - 1
+        else:
+            log.extend(tile.load, new)
+        log.chip[new] = True
+
+    def _piece_tile(self, key, idx) -> _Tile:
+        """The tile of self[key]: the same tile for its rows and elements (`tile[j]`) and for any
+        piece once some of it is on chip; a new tile for a slice of the whole input, or a slice
+        cut from a view not yet read (`row = x[r]`, then `row[s:s + block]`: the blocks are the
+        tiles)."""
+        tile, log = self._tile, self._log
+        if tile.whole:
+            return _Tile(extent=np.asarray(idx).ravel())
+        ints = key if isinstance(key, tuple) else (key,)
+        if all(isinstance(k, int | np.integer) for k in ints):
+            return tile
+        if log.on_chip is tile and tile.load is not None:
+            return tile
+        return _Tile(extent=np.asarray(idx).ravel())
 
     def _origin_index(self) -> np.ndarray:
         """For each element of self, the flat index of the input element it holds."""
@@ -375,12 +441,11 @@ class Traced(np.ndarray):
             return res
         idx = self._origin_index()[_plain_key(key)]
         if not isinstance(res, np.ndarray):  # an element read as a number: loaded now
-            if not self._loaded:
-                self._log.record(idx)
+            self._load(idx)
             return res
         out = res.view(Traced)
         out._log = self._log
-        out._tile = self._tile if self._loaded else _Tile()  # a piece of a loaded tile is free
+        out._tile = self._piece_tile(key, idx)
         view = self._buf.holds(res) and np.shares_memory(res, plain)
         out._buf = self._buf if view else _Buffer(res, idx)
         if not view:  # a gather (K[idx], x[mask]) copies, so it reads now

@@ -54,6 +54,7 @@ from ..backward import attention_backward_reference, softmax_backward
 from ..softmax import NEG_INF
 from ._core import (
     MUTATES_INPUT,
+    TILE_READS,
     Case,
     CheckFailure,
     Mistake,
@@ -894,10 +895,11 @@ NO_CAUSAL_SKIP = Mistake(
     "causal-tiles-not-skipped",
     "the tiles above the diagonal are read (and masked) instead of skipped",
     "A tile above the diagonal has no visible score: masking it gives the right values, but "
-    "reading and computing it is wasted work, almost half of a causal head. Decide before you "
-    "slice Q_i (or K_j): with K/V tiles outside, start the query loop at (j // Br) * Br, or "
-    "`continue` while i + Br_i - 1 < j before reading the tile; with query tiles outside, "
-    "`break` out of the key loop once j > i + Br_i - 1.",
+    "reading and computing it is wasted work, almost half of a causal head. Decide with the "
+    "indices alone, before you slice Q_i (or K_j): with K/V tiles outside, start the query loop "
+    "at (j // Br) * Br, or `continue` while i + Br_i - 1 < j; with query tiles outside, `break` "
+    "out of the key loop once j > i + Br_i - 1. A test on the tile's scores comes too late: "
+    + TILE_READS,
     fn=lambda *a, **k: None,
 )
 BACKWARD_RULE_MISTAKES = [FULL_SCORE_MATRIX, IGNORES_TILE_SIZE, NO_CAUSAL_SKIP]

@@ -38,6 +38,7 @@ from ..softmax import online_softmax_stats
 from ._core import (
     LOW_PRECISION_MISTAKE,
     NAN_MISTAKE,
+    TILE_READS,
     Case,
     Mistake,
     frozen,
@@ -377,8 +378,9 @@ _WHOLE_STREAM = (
     "The exercise is the one-pass algorithm: read a block, x[..., s:s + block], fold it into the "
     "running m and l, and move on to the next. x.max(), np.exp(x - x.max()) or "
     "scipy.special.logsumexp(x) read the whole row at once: that is the safe softmax of section "
-    "2, and FlashAttention never holds a whole row of scores. (Taking a row first, x[r] or "
-    "`for row in x`, also reads it whole: slice each block straight from x, x[r, s:s + block].)",
+    "2, and FlashAttention never holds a whole row of scores. (Computing with a whole row, "
+    "x[r].max() or np.exp(row - m), reads it whole too: slice each block, x[..., s:s + block] or "
+    "row[s:s + block], and compute with the block.)",
 )
 _MULTI_PASS = (
     "multi-pass",
@@ -386,7 +388,7 @@ _MULTI_PASS = (
     "Reading the blocks once for the max and again for the sum (and the values) is the "
     "multi-pass safe softmax of sections 2 and 8. In one pass each block updates m, l (and acc) "
     "as it arrives: when it raises the max, the old sums are multiplied by exp(m_old - m_new), so "
-    "no block is ever needed again. Read each score (and each value) exactly once.",
+    "no block is ever needed again. Read each score (and each value) exactly once. " + TILE_READS,
 )
 
 STATS_MISTAKES = [

@@ -43,6 +43,7 @@ from ..attention import attention_reference
 from ..attention import flash_attention_forward as _tiled_reference
 from ..widgets.tile_grid import FULL, MASK, SKIP, tile_kinds
 from ._core import (
+    TILE_READS,
     Case,
     CheckFailure,
     Mistake,
@@ -683,8 +684,7 @@ SLICED_ABOVE = Mistake(
     "a K/V tile above the diagonal is computed with before the loop stops",
     "Decide first, then compute: test j > r1 - 1 (the tile's first key after its last query) "
     "with the indices alone, and break before any arithmetic with K[j:j + Bc] or V[j:j + Bc]. "
-    "The check counts a tile as read once you compute with it, as a kernel counts a tile it "
-    "loads; a test such as (s == -inf).all() on the tile's scores comes too late.",
+    "A test such as (s == -inf).all() on the tile's scores comes too late: " + TILE_READS,
     functools.partial(_flash_variant, skip="after-use"),
 )
 KV_RELOADED = Mistake(
@@ -692,7 +692,7 @@ KV_RELOADED = Mistake(
     "K and V rows are read more than once per query tile",
     "A thread block loads its K/V tile once and uses it for all its Br rows: slice "
     "k_j = K[j:j + Bc] once, then work on k_j (q_i @ k_j.T, or a loop over the rows of q_i that "
-    "reads k_j, not K).",
+    "reads k_j, not K). " + TILE_READS,
     lambda *a, **k: None,
 )
 
