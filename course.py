@@ -16,7 +16,7 @@ as they come (and a line at least every 10 s while pip is quiet), then its time 
 .venv.
 
 Torch: on a Linux machine without an NVIDIA driver, torch==2.13.0 is installed first from
-PyTorch's CPU wheel index (about 0.9 GB installed instead of several GB of CUDA libraries); where
+PyTorch's CPU wheel index (about 0.7 GB installed instead of several GB of CUDA libraries); where
 that index cannot be reached, the plain requirement is used (on the course machines it finds the
 CPU build on disk). Set COURSE_TORCH (for example COURSE_TORCH="torch==2.5.1") to choose another
 torch; COURSE_TORCH_INDEX to use another index. Set COURSE_VENV to a prepared virtual environment
@@ -59,7 +59,7 @@ NEEDS = {
 }
 BRINGS = {
     "lab": "the NumPy track: NumPy, SciPy, Matplotlib, ipywidgets, JupyterLab, nbgrader's Validate"
-    " (about 0.4 GB installed)",
+    " (about 0.5 GB installed)",
     "gpu": "Triton (about 1 GB installed; Linux only)",
     "course": "the instructor's tools: Triton, copydetect, dask (about 1.1 GB installed)",
     "dev": "the test tools: pytest, ruff, Playwright (about 0.2 GB installed)",
@@ -168,7 +168,7 @@ def stream(cmd: list, heartbeat_s: float = HEARTBEAT_S) -> int:
             proc.kill()
             proc.wait()
         if satisfied:
-            say(f"  ({satisfied} requirements already satisfied)")
+            say(f"  already satisfied: {satisfied} requirement" + ("s" if satisfied > 1 else ""))
 
 
 def step(what: str, cmd: list) -> int:
@@ -211,7 +211,7 @@ def install_torch(py: Path, pip: list, n: int, total: int) -> None:
     cpu = index or spec == "torch==2.13.0"
     code = step(
         f"{n}/{total} installing {spec} {where}"
-        + (" (CPU build: about 0.9 GB installed)" if cpu else ""),
+        + (" (CPU build: about 0.7 GB installed)" if cpu else ""),
         [*pip, spec] + (["--index-url", index] if index else []),
     )
     if code != 0 and index:
@@ -255,7 +255,7 @@ def ensure_env(needs: tuple[str, ...] = NEEDS["test"]) -> Path:
         n += 1
         install_torch(py, pip, n, total)
     n += 1
-    brings = "; ".join(BRINGS[e] for e in sorted(extras) if e in BRINGS)
+    brings = "; ".join(BRINGS[e] for e in BRINGS if e in extras)
     code = step(
         f"{n}/{total} installing the course package [{','.join(sorted(extras))}]: {brings}",
         [*pip, "-e", f".[{','.join(sorted(extras))}]"],
