@@ -2,34 +2,69 @@
 """The course's commands. Each sets up a local virtual environment (.venv) the first time.
 
     python3 course.py lab          # the student's JupyterLab on notebooks/ (prints the URL)
+    python3 course.py gpu          # add torch and Triton, for the Triton notebooks 06, 08-11
+    python3 course.py lab --gpu    # both: add torch and Triton, then start the lab
     python3 course.py instructor   # JupyterLab on the repository, with nbgrader's tools
     python3 course.py test         # lint, format check and every test, notebooks included
 
-Setup is idempotent: the environment is rebuilt only when pyproject.toml changes, and it says
-what it installs as it goes. Torch: on a Linux machine without an NVIDIA driver, torch==2.13.0 is
-installed first from PyTorch's CPU wheel index (about 0.9 GB installed instead of several GB
-of CUDA libraries); where that index cannot be reached, the plain requirement is used (on the course
-machines it finds the CPU build on disk). Set COURSE_TORCH (for example
-COURSE_TORCH="torch==2.5.1") to choose another torch; COURSE_TORCH_INDEX to use another index.
+The environment comes in layers (pyproject.toml's extras): `lab` installs the NumPy track only
+(notebooks 01-05 and 07: NumPy, SciPy, Matplotlib, ipywidgets, JupyterLab, nbgrader's Validate);
+`gpu` adds torch and Triton when the student first needs them; `instructor` and `test` install
+the whole course. Setup is idempotent: a layer is installed once, and everything installed is
+reinstalled when pyproject.toml changes. Each step says what it installs, prints pip's own lines
+as they come (and a line at least every 10 s while pip is quiet), then its time and the size of
+.venv.
+
+Torch: on a Linux machine without an NVIDIA driver, torch==2.13.0 is installed first from
+PyTorch's CPU wheel index (about 0.7 GB installed instead of several GB of CUDA libraries); where
+that index cannot be reached, the plain requirement is used (on the course machines it finds the
+CPU build on disk). Set COURSE_TORCH (for example COURSE_TORCH="torch==2.5.1") to choose another
+torch; COURSE_TORCH_INDEX to use another index. Set COURSE_VENV to a prepared virtual environment
+to use it as it is (course.py then installs nothing).
+
+Stopping: Ctrl-C, SIGTERM or SIGHUP to course.py stops its JupyterLab and the lab's kernels, then
+course.py exits.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-VENV = ROOT / ".venv"
+VENV = Path(os.environ.get("COURSE_VENV") or ROOT / ".venv").absolute()
+PREPARED = bool(os.environ.get("COURSE_VENV"))  # a prepared environment: install nothing
 STAMP = VENV / ".course-setup"
+HEARTBEAT_S = 10.0  # the longest a pip step stays quiet
+STOP_GRACE_S = 15.0  # how long JupyterLab gets to shut its kernels down before it is killed
+
+# What each command needs (pyproject.toml's extras), and what each extra brings, for the step line.
+NEEDS = {
+    "lab": ("lab",),
+    "gpu": ("lab", "gpu"),
+    "instructor": ("course", "dev"),
+    "test": ("course", "dev"),
+}
+BRINGS = {
+    "lab": "the NumPy track: NumPy, SciPy, Matplotlib, ipywidgets, JupyterLab, nbgrader's Validate"
+    " (about 0.5 GB installed)",
+    "gpu": "Triton (about 1 GB installed; Linux only)",
+    "course": "the instructor's tools: Triton, copydetect, dask (about 1.1 GB installed)",
+    "dev": "the test tools: pytest, ruff, Playwright (about 0.2 GB installed)",
+}
+TORCH_EXTRAS = {"gpu", "course"}
 
 
 def venv_python() -> Path:
@@ -81,11 +116,66 @@ def folder_mb(path: Path) -> float:
     return total / 1e6
 
 
+def stream(cmd: list, heartbeat_s: float = HEARTBEAT_S) -> int:
+    """Run `cmd`, printing its output line by line as it comes, and a line of our own whenever
+    it has been quiet for `heartbeat_s` (pip says nothing while it unpacks a large wheel).
+    pip's "Requirement already satisfied" lines are counted, not printed."""
+    say(" ".join(str(c) for c in cmd))
+    start = last = time.monotonic()
+    lock, done = threading.Lock(), threading.Event()
+
+    def beat() -> None:
+        nonlocal last
+        while not done.wait(0.5):
+            with lock:
+                if time.monotonic() - last < heartbeat_s:
+                    continue
+                say(
+                    f"  ... still working: {time.monotonic() - start:.0f} s so far, "
+                    f"{folder_mb(VENV):,.0f} MB in .venv"
+                )
+                last = time.monotonic()
+
+    proc = subprocess.Popen(
+        [str(c) for c in cmd],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        bufsize=1,
+    )
+    ticker = threading.Thread(target=beat, daemon=True)
+    ticker.start()
+    satisfied = 0
+    try:
+        for line in proc.stdout:
+            line = line.rstrip()
+            if not line:
+                continue
+            if line.startswith("Requirement already satisfied"):
+                satisfied += 1
+                continue
+            with lock:
+                print("  " + line, flush=True)
+                last = time.monotonic()
+        return proc.wait()
+    finally:
+        done.set()
+        ticker.join()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if satisfied:
+            say(f"  already satisfied: {satisfied} requirement" + ("s" if satisfied > 1 else ""))
+
+
 def step(what: str, cmd: list) -> int:
     """Run one set-up step, saying what it is before and how long it took after."""
     say(what)
     start = time.perf_counter()
-    code = run(cmd)
+    code = stream(cmd)
     say(f"  done in {time.perf_counter() - start:.0f} s ({folder_mb(VENV):,.0f} MB in .venv)")
     return code
 
@@ -97,41 +187,82 @@ def setup_hash() -> str:
     return h.hexdigest()
 
 
-def ensure_env() -> Path:
+def read_stamp() -> tuple[str, set[str]]:
+    """(the setup hash, the extras installed) of .venv; ("", set()) when there is none."""
+    try:
+        stamp = json.loads(STAMP.read_text())
+        return str(stamp["hash"]), set(stamp["extras"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "", set()
+
+
+def write_stamp(extras: set[str]) -> None:
+    STAMP.write_text(json.dumps({"hash": setup_hash(), "extras": sorted(extras)}))
+
+
+def has_module(py: Path, name: str) -> bool:
+    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({name!r}) is None)"
+    return subprocess.call([py, "-c", probe], stderr=subprocess.DEVNULL) == 0
+
+
+def install_torch(py: Path, pip: list, n: int, total: int) -> None:
+    spec, index = torch_spec(), torch_index()
+    where = f"from {index}" if index else "from pip's index"
+    cpu = index or spec == "torch==2.13.0"
+    code = step(
+        f"{n}/{total} installing {spec} {where}"
+        + (" (CPU build: about 0.7 GB installed)" if cpu else ""),
+        [*pip, spec] + (["--index-url", index] if index else []),
+    )
+    if code != 0 and index:
+        say(f"  {index} failed; trying pip's own index")
+        code = step(f"{n}/{total} installing {spec}", [*pip, spec])
+    if code != 0:
+        sys.exit(f"installing {spec} failed; set COURSE_TORCH to a torch you can install")
+
+
+def ensure_env(needs: tuple[str, ...] = NEEDS["test"]) -> Path:
+    """The environment's python, with the extras `needs` installed (and those installed before)."""
     if sys.version_info < (3, 10):  # noqa: UP036 (this file may be run by an older python)
         sys.exit("The course needs Python 3.10 or newer; this is " + sys.version.split()[0])
     py = venv_python()
-    want = setup_hash()
-    if py.exists() and STAMP.exists() and STAMP.read_text() == want:
+    if PREPARED:
+        if not py.exists():
+            sys.exit(f"COURSE_VENV={VENV}: expected a virtual environment there (no {py})")
         return py
+    old_hash, installed = read_stamp()
+    if py.exists() and old_hash == setup_hash() and set(needs) <= installed:
+        return py
+    extras = set(needs) | installed
     start = time.perf_counter()
-    say("first start: setting up the course environment (a few minutes; later starts are instant)")
-    if not py.exists():
-        say(f"1/3 creating a virtual environment in {VENV}")
+    fresh = not py.exists()
+    torch = bool(extras & TORCH_EXTRAS) and (fresh or not has_module(py, "torch"))
+    total = int(fresh) + int(torch) + 1
+    say(
+        f"setting up the course environment in {VENV}: {', '.join(sorted(extras))} "
+        "(later starts are instant)"
+    )
+    n = 0
+    if fresh:
+        n += 1
+        say(f"{n}/{total} creating a virtual environment in {VENV}")
         venv.EnvBuilder(with_pip=True).create(VENV)
-    pip = [py, "-m", "pip", "install", "--quiet", "--progress-bar", "off"]
-    probe = subprocess.call([py, "-c", "import torch"], stderr=subprocess.DEVNULL)
-    if probe != 0:
-        spec, index = torch_spec(), torch_index()
-        where = f"from {index}" if index else "from pip's index"
-        code = step(
-            f"2/3 installing {spec} {where}"
-            + (" (CPU build: about 0.9 GB installed)" if index or spec == "torch==2.13.0" else ""),
-            [*pip, spec] + (["--index-url", index] if index else []),
-        )
-        if code != 0 and index:
-            say(f"  {index} failed; trying pip's own index")
-            code = step(f"2/3 installing {spec}", [*pip, spec])
-        if code != 0:
-            sys.exit(f"installing {spec} failed; set COURSE_TORCH to a torch you can install")
+    # --no-compile: Python compiles a module when it is first imported, not every module of every
+    # package at install time (a third of the lab's install time on a 2-core machine).
+    pip = [py, "-m", "pip", "install", "--progress-bar", "on", "--disable-pip-version-check"]
+    pip.append("--no-compile")
+    if torch:
+        n += 1
+        install_torch(py, pip, n, total)
+    n += 1
+    brings = "; ".join(BRINGS[e] for e in BRINGS if e in extras)
     code = step(
-        "3/3 installing the course package and its tools (NumPy, SciPy, JupyterLab, nbgrader, "
-        "Triton, pytest; about 1.8 GB installed, 1 GB of it Triton)",
-        [*pip, "-e", ".[course,dev]"],
+        f"{n}/{total} installing the course package [{','.join(sorted(extras))}]: {brings}",
+        [*pip, "-e", f".[{','.join(sorted(extras))}]"],
     )
     if code != 0:
         sys.exit("installing the course package failed (see pip's message above)")
-    STAMP.write_text(want)
+    write_stamp(extras)
     say(f"environment ready in {time.perf_counter() - start:.0f} s, {folder_mb(VENV):,.0f} MB")
     return py
 
@@ -158,20 +289,140 @@ def lab_command(py: Path, root: Path, student: bool) -> tuple[list, dict]:
     return [py, "-m", "jupyter", "lab", *opts], env
 
 
+class _Stop(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _proc_start(pid: int) -> str | None:
+    """The start time of a Linux process (to tell it from a later one with the same pid)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, start time) of every process below `pid`, read from /proc (empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        start = _proc_start(child)
+        if start is not None:
+            found.append((child, start))
+        todo += children.get(child, [])
+    return found
+
+
+def _end(procs: list[tuple[int, str]], sig: int) -> list[tuple[int, str]]:
+    """Send `sig` to each process still alive as the same process; those still alive."""
+    alive = []
+    for pid, start in procs:
+        if _proc_start(pid) == start:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+                alive.append((pid, start))
+    return alive
+
+
+def stop_server(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop JupyterLab (its own process group) and the kernels it started.
+
+    SIGTERM makes jupyter-lab shut its kernels down and exit; jupyter_client starts each kernel
+    in a session of its own, so any kernel left after the server is gone is ended here too.
+    """
+    below = descendants(proc.pid)
+    if os.name == "nt":
+        proc.terminate()
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        say("JupyterLab did not stop; killing it")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    left = _end(below, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [(pid, start) for pid, start in left if _proc_start(pid) == start]
+    _end(left, signal.SIGKILL)
+
+
+def serve(cmd: list, env: dict) -> int:
+    """Run JupyterLab until it exits or course.py gets SIGINT, SIGTERM or SIGHUP; then stop it."""
+    say(" ".join(str(c) for c in cmd))
+    stops = [signal.SIGINT, signal.SIGTERM] + [getattr(signal, "SIGHUP", signal.SIGTERM)]
+
+    def on_signal(signum, frame):
+        raise _Stop(signum)
+
+    previous = {s: signal.signal(s, on_signal) for s in stops}
+    proc = None
+    try:
+        kw = {"start_new_session": True} if os.name != "nt" else {}
+        proc = subprocess.Popen(
+            [str(c) for c in cmd], cwd=ROOT, env=env, stdin=subprocess.DEVNULL, **kw
+        )
+        return proc.wait()
+    except _Stop as stop:
+        for s in stops:
+            signal.signal(s, signal.SIG_IGN)  # stopping: a second Ctrl-C does not cut it short
+        say(f"{signal.Signals(stop.signum).name}: stopping JupyterLab and its kernels")
+        if proc is not None:
+            stop_server(proc)
+        return 128 + stop.signum
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def cmd_lab(args: list[str]) -> int:
-    py = ensure_env()
+    gpu = "--gpu" in args
+    if gpu:
+        note_macos()
+    py = ensure_env(NEEDS["gpu"] if gpu else NEEDS["lab"])
     cmd, env = lab_command(py, ROOT / "notebooks", student=True)
-    return run([*cmd, *args], env=env)
+    return serve([*cmd, *(a for a in args if a != "--gpu")], env)
+
+
+def note_macos() -> None:
+    if platform.system() != "Linux":
+        say(
+            "Triton has Linux wheels only: here torch is installed without it; open the Triton "
+            "notebooks 06, 08-11 on Colab (README.md, The notebooks: the Colab badges)"
+        )
+
+
+def cmd_gpu(args: list[str]) -> int:
+    if args:
+        sys.exit(f"course.py gpu: takes no arguments, got {' '.join(args)}")
+    note_macos()
+    ensure_env(NEEDS["gpu"])
+    say(
+        "torch and Triton are installed: in JupyterLab, restart the notebook's kernel "
+        "(Kernel > Restart Kernel), then run its first cell again"
+    )
+    return 0
 
 
 def cmd_instructor(args: list[str]) -> int:
-    py = ensure_env()
+    py = ensure_env(NEEDS["instructor"])
     cmd, env = lab_command(py, ROOT, student=False)
-    return run([*cmd, *args], env=env)
+    return serve([*cmd, *args], env)
 
 
 def cmd_test(args: list[str]) -> int:
-    py = ensure_env()
+    py = ensure_env(NEEDS["test"])
     for check in (["ruff", "check", "."], ["ruff", "format", "--check", "."]):
         if run([py, "-m", *check]) != 0:
             say("lint failed: run `.venv/bin/ruff format .` and `.venv/bin/ruff check --fix .`")
@@ -180,7 +431,7 @@ def cmd_test(args: list[str]) -> int:
     return run([py, "-m", "pytest", "-n", jobs, "--dist", "loadgroup", *args])
 
 
-COMMANDS = {"lab": cmd_lab, "instructor": cmd_instructor, "test": cmd_test}
+COMMANDS = {"lab": cmd_lab, "gpu": cmd_gpu, "instructor": cmd_instructor, "test": cmd_test}
 
 
 def main(argv: list[str]) -> int:

@@ -8,7 +8,7 @@ these helpers do the same from a script (handy when a notebook is first drafted)
     write_notebook(cells, "solutions/01_online_softmax/01_online_softmax.ipynb")
 
 The Colab setup cell is made here from REPO_URL, the one place that names the repository;
-tests/test_pipeline.py checks that every notebook starts with exactly this cell.
+tests/test_notebooks.py checks that every notebook starts with exactly its cell (setup_source).
 """
 
 from __future__ import annotations
@@ -43,6 +43,54 @@ except ImportError:
             "repository URL in the course's configuration (REPO_URL in graders/authoring.py)."
         ) from None
     import course_utils"""
+
+# The notebooks that need more than the NumPy track, and what: their setup cell checks for these
+# modules and, where one is missing, says in one line how to add it (`python3 course.py gpu`
+# locally; Colab has both; Triton has no macOS wheels).
+GPU_NEEDS = {
+    "06_triton_forward": ("torch", "triton"),
+    "08_triton_backward": ("torch", "triton"),
+    "09_flash_decoding": ("torch", "triton"),
+    "10_ring_attention": ("torch",),
+    "11_capstone": ("torch", "triton"),
+}
+GPU_COMMAND = "python3 course.py gpu"
+
+GPU_SETUP_SOURCE = """
+
+# This notebook also needs {names}: Colab has them; `{command}` adds them here.
+import importlib.util
+
+_missing = [m for m in {modules} if importlib.util.find_spec(m) is None]
+if _missing:
+    import platform
+    import sys
+
+    class CourseSetupError(Exception):
+        def _render_traceback_(self):  # IPython shows this one line, not a traceback
+            return [str(self)]
+
+    if "google.colab" in sys.modules:
+        _fix = "Runtime > Disconnect and delete runtime, then run this cell again"
+    elif "triton" in _missing and platform.system() != "Linux":
+        _fix = "Triton has no wheels here: open this notebook on Colab (its badge in README.md)"
+    else:
+        _fix = "run `{command}` in the course folder, then Kernel > Restart Kernel"
+    raise CourseSetupError(f"✗ This notebook needs {{' and '.join(_missing)}}: {{_fix}}.")"""
+
+
+def setup_source(assignment: str | None = None) -> str:
+    """The first cell of `assignment`'s notebook: SETUP_SOURCE, and for a notebook that needs
+    torch or Triton (GPU_NEEDS) a check that names the one command that installs them."""
+    needs = GPU_NEEDS.get(assignment or "")
+    if not needs:
+        return SETUP_SOURCE
+    return SETUP_SOURCE + GPU_SETUP_SOURCE.format(
+        names=" and ".join("Triton" if m == "triton" else m for m in needs),
+        modules="(" + ", ".join(f'"{m}"' for m in needs) + ("," if len(needs) == 1 else "") + ")",
+        command=GPU_COMMAND,
+    )
+
 
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 
@@ -85,9 +133,10 @@ def tests(source: str, grade_id: str, points: float):
     return nbformat.v4.new_code_cell(source.strip("\n"), metadata=meta)
 
 
-def setup_cell():
-    """The first cell of every notebook (locked): installs course_utils on Colab."""
-    return code(SETUP_SOURCE, grade_id="setup")
+def setup_cell(assignment: str | None = None):
+    """The first cell of every notebook (locked): installs course_utils on Colab, and in the
+    Triton notebooks says how to add torch and Triton where they are missing."""
+    return code(setup_source(assignment), grade_id="setup")
 
 
 def write_notebook(cells, path: str | Path) -> Path:

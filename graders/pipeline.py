@@ -211,14 +211,14 @@ def sync_setup_cells(root: Path = REPO) -> list[Path]:
     """Make the first cell of every solution notebook the setup cell of graders/authoring.py."""
     import nbformat
 
-    from .authoring import SETUP_SOURCE
+    from .authoring import setup_source
 
     changed = []
     for assignment in assignments(root):
         path = Path(root) / "solutions" / assignment / f"{assignment}.ipynb"
         nb = nbformat.read(path, as_version=4)
-        if nb.cells and nb.cells[0].source != SETUP_SOURCE:
-            nb.cells[0].source = SETUP_SOURCE
+        if nb.cells and nb.cells[0].source != setup_source(assignment):
+            nb.cells[0].source = setup_source(assignment)
             nbformat.write(nb, str(path))
             changed.append(path)
     return changed

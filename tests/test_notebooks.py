@@ -78,7 +78,7 @@ def test_committed_without_outputs_and_with_setup_cell(folder, assignment):
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert not cell.outputs and cell.execution_count is None, f"outputs in {cell.id}"
-    assert nb.cells[0].source == authoring.SETUP_SOURCE, (
+    assert nb.cells[0].source == authoring.setup_source(assignment), (
         "the first cell must be the Colab setup cell from graders/authoring.py "
         "(run `python -m graders sync-setup`)"
     )
