@@ -117,7 +117,8 @@ def test_student_notebook_stops_at_first_exercise(assignment):
     )
     with pytest.raises(CellExecutionError) as info:
         client.execute()
-    assert info.value.ename == "NotImplementedError", (
+    # NotWrittenError: the course's NotImplementedError that shows as one line (student_errors)
+    assert info.value.ename in ("NotImplementedError", "NotWrittenError"), (
         f"the untouched student notebook failed with {info.value.ename} instead of "
         f"NotImplementedError:\n{info.value}"
     )
