@@ -1166,5 +1166,5 @@ def check_quick_p_over_lse(answer) -> None:
             (4 * N / (2 * N * N), "that is lse / P; the question asks the other way"),
         ],
         "P: N^2 numbers of 2 bytes; lse: N numbers of 4 bytes",
-        rtol=1e-6,
+        rtol=0.0,
     )
