@@ -13,10 +13,17 @@ CheckFailure renders itself (`_render_traceback_`). Any other error keeps its fu
 A stub that course code finds for the learner (a @triton.jit kernel still raising
 NotImplementedError, found before or while it is launched) raises NotWrittenError, which names the
 function and renders as the same one line.
+
+A demo cell that runs after an exercise and uses its function (or what an earlier cell computed
+with it) wraps its code in `with uses_exercises("exercise 1 (name)", ...):`. Whatever stops it
+there, a stub, a wrong answer's error deep inside course code, a NameError of a variable that the
+stopped cell above never set, an assert that the learner's numbers fail, shows as ONE line that
+names the exercise (ExerciseNotReady), not as a traceback through course code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 
@@ -46,6 +53,47 @@ class NotWrittenError(NotImplementedError):
 
     def _render_traceback_(self) -> list[str]:
         return [f"✗ {self}"]
+
+
+class ExerciseNotReady(RuntimeError):
+    """A cell that depends on exercises stopped because one of them is not written or not right.
+
+    exercises: how the notebook names them, e.g. ("exercise 2 (count_flash_forward)",).
+    cause: the exception that stopped the cell, summarized in the one line.
+    """
+
+    def __init__(self, exercises: tuple[str, ...], cause: BaseException):
+        names = " and ".join(exercises)
+        if isinstance(cause, NotWrittenError):
+            why = f"{cause.name} is not written yet"
+        elif isinstance(cause, NotImplementedError) and not cause.args:
+            why = "a function it uses is not written yet"
+        else:
+            first = (str(cause).strip().splitlines() or [""])[0]
+            why = type(cause).__name__ + (f": {first}" if first else "")
+        super().__init__(
+            f"this cell uses {names}, which is not finished or not right yet ({why}). Run its "
+            f"check cell, fix what it says, then run this cell again."
+        )
+        self.exercises = exercises
+        self.cause = cause
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"✗ {self}"]
+
+
+@contextlib.contextmanager
+def uses_exercises(*exercises: str):
+    """Run a cell's code that needs the named exercises; any error becomes one ExerciseNotReady
+    line naming them (KeyboardInterrupt and SystemExit pass through)."""
+    if not exercises or not all(isinstance(e, str) and e for e in exercises):
+        raise ValueError(f"exercises: expected names such as 'exercise 1 (f)', got {exercises!r}")
+    try:
+        yield
+    except ExerciseNotReady:
+        raise
+    except Exception as exc:
+        raise ExerciseNotReady(exercises, exc) from None
 
 
 def not_written_message(tb: types.TracebackType | None) -> str | None:

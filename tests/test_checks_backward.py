@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import io
 import math
 import time
@@ -555,6 +556,21 @@ def test_every_slug_of_the_notebook_is_recognized():
     assert {"forgot-D", "D-from-dP", "diagonal-only", "D-wrong-axis"} <= {
         m.slug for m in C.SOFTMAX_BACKWARD_MISTAKES
     }
+
+
+def test_a_flipped_ds_sign_written_by_a_learner_is_named():
+    """Issue 39: dS = P * (D - dP) in the tiled backward (the mistake exercise 1 and notebook 08
+    name) got "no known mistake"; the replay with the sign flipped now matches it."""
+    source = inspect.getsource(backward_astype_diagonal_start)
+    flipped = source.replace("p * (do_i @ v_j.T - D[i : i + Br, None])",
+                             "p * (D[i : i + Br, None] - do_i @ v_j.T)")  # fmt: skip
+    assert flipped != source
+    namespace = {"np": np, "math": math}
+    exec(compile(flipped, "<learner>", "exec"), namespace)
+    with pytest.raises(CheckFailure) as info:
+        C.check_flash_attention_backward(namespace["backward_astype_diagonal_start"])
+    assert slug_of(info.value) == "sign-flipped", str(info.value)
+    assert "No known mistake" not in str(info.value)
 
 
 def test_backward_mistakes_are_named_on_fresh_random_cases_too():

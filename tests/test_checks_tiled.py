@@ -975,3 +975,49 @@ def test_quick_check_integer_answer_prints_as_an_integer():
     with contextlib.redirect_stdout(out):
         T.check_quick_causal_tiles(8256)
     assert "8256 is right" in out.getvalue()
+
+
+# ---- issue 39: one meaning of r1, c1 (exclusive ends); the recall answer; the Br / d hint --------
+def _solution_cells():
+    import nbformat
+
+    from graders.pipeline import REPO
+
+    nb = nbformat.read(REPO / "solutions/03_tiled_forward/03_tiled_forward.ipynb", 4)
+    return [c.source for c in nb.cells]
+
+
+def test_hint_3_section_6_and_the_feedback_use_r1_c1_as_exclusive_ends():
+    """Hint 3's rule, run with r1 and c1 one past the tile's last row and key (as section 6
+    defines them), gives the course's tile map; the feedback states the same comparisons."""
+    cells = _solution_cells()
+    hint = next(s for s in cells if "Hint 3 · pseudo-code" in s and "kinds[i, j]" in s)
+    rule = hint.split("kinds[i, j] = ", 1)[1].splitlines()[0]
+    expr = rule.replace(", else", " else").replace("SKIP if", "SKIP if").strip()
+    assert "one past its last (r1 clipped at N)" in hint
+    for N, Br, Bc in [(8, 4, 4), (4, 1, 2), (5, 8, 8), (30, 8, 5), (17, 3, 7), (9, 1, 1)]:
+        got = np.empty((-(-N // Br), -(-N // Bc)), dtype=int)
+        for i in range(got.shape[0]):
+            r0, r1 = i * Br, min(N, (i + 1) * Br)
+            for j in range(got.shape[1]):
+                c0, c1 = j * Bc, min(N, (j + 1) * Bc)
+                scope = dict(r0=r0, r1=r1, c0=c0, c1=c1, SKIP=SKIP, MASK=MASK, FULL=FULL)
+                got[i, j] = eval(expr, {}, scope)
+        assert np.array_equal(got, tile_kinds(N, Br, Bc, causal=True)), (N, Br, Bc)
+    section6 = next(s for s in cells if s.startswith("## 6. Causal masking"))
+    assert "$c_0 > r_1 - 1$" in section6 and "$c_1 - 1 \\le r_0$" in section6
+    assert "c0 > r1 - 1" in T._OFF_BY_ONE and "c1 - 1 <= r0" in T._OFF_BY_ONE
+
+
+def test_the_recall_answer_states_the_numbers_of_the_16_b_d_rule():
+    text = next(s for s in _solution_cells() if "**Recall question.** An SM has 192 KiB" in s)
+    sram = 192 * 1024
+    assert sram // (16 * 64) == 192 and sram // (16 * 128) == 96 and 16 * 96 * 128 == sram
+    assert "$B \\le 196{,}608 / 1{,}024 = 192$" in text and "$B = 96$ of $d = 128$" in text
+    assert "half the head dimension" not in text
+
+
+def test_quick_check_3_answered_with_br_over_d_gets_a_hint_about_br_over_d():
+    with pytest.raises(CheckFailure) as info:
+        T.check_quick_traffic_ratio(128 / 64)
+    assert "Br / d" in str(info.value) and "the ratio for d = 128" not in str(info.value)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 
 import nbformat
+import numpy as np
 import pytest
 
-from course_utils.checks import CheckFailure
+from course_utils.checks import CheckFailure, _core
 from course_utils.checks._core import Option, Question, check_choice
 from course_utils.checks._wire import decode, encode
 from course_utils.checks.concepts import NOTEBOOK, QUESTIONS, check_concept
@@ -162,3 +164,124 @@ def test_a_staged_check_names_the_first_failing_stage():
     assert "Still to check after it: causal." in text and "five numbers" in text
     with pytest.raises(ValueError, match="not contiguous"):
         run_cases("cumsum", plain_only, reference, [cases[0], cases[1], cases[0]], outputs=("y",))
+
+
+# ---- issue 39: plain-text feedback, stated tolerances, the README -------------------------------
+_LATEX = re.compile(r"\$|\\[A-Za-z]+")  # math delimiters and LaTeX commands
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_feedback_of_every_wrong_option_is_plain_text(name):
+    """Options are markdown with LaTeX; what the learner reads in feedback has none of it."""
+    question = QUESTIONS[name]
+    for option in question.options:
+        if option.slug is None:
+            continue
+        answer = option.key if question.pick == 1 else option.key + min(question.right)
+        if question.true_false:
+            answer = option.key == "true"
+        with pytest.raises(CheckFailure) as info:
+            check_concept(name, answer)
+        assert not _LATEX.search(str(info.value)), str(info.value)
+
+
+def test_latex_becomes_unicode_in_feedback():
+    """The two cases of the issue: $N \\times N$ -> N×N, $\\Theta(N^2 d)$ -> Θ(N²d)."""
+    with pytest.raises(CheckFailure) as info:
+        check_concept("memory-bound", "c")
+    assert "Θ(N²d)" in str(info.value)
+    with pytest.raises(CheckFailure) as info:
+        check_concept("forward-flops", "b")
+    assert "N×N" in str(info.value)
+
+
+QUICK_NOTEBOOKS = [
+    "01_online_softmax",
+    "02_merge_partials",
+    "03_tiled_forward",
+    "04_hbm_traffic",
+    "05_split_kv",
+    "07_backward",
+]
+
+
+def _quick_checks(assignment):
+    """(check function, the question's markdown) for every numeric quick check of a notebook."""
+    nb = _solution(assignment)
+    question = None
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            question = cell.source
+        for module, fn in re.findall(
+            r"from (course_utils\.checks\.\w+) import (check_quick_\w+)", cell.source
+        ):
+            yield getattr(importlib.import_module(module), fn), question
+
+
+@pytest.mark.parametrize("assignment", QUICK_NOTEBOOKS)
+def test_every_numeric_quick_check_states_the_tolerance_it_uses(assignment, monkeypatch):
+    """The tolerance beside the question is the one its check applies (read from the call)."""
+    used = {}
+
+    def record(label, yours, expected, *, rtol=1e-3, **kwargs):
+        used["rtol"] = rtol
+
+    monkeypatch.setattr(_core, "check_answer", record)
+    checks = list(_quick_checks(assignment))
+    assert checks
+    for check, question in checks:
+        used.clear()
+        check(0.0)
+        phrase = _core.tolerance_phrase(used["rtol"])
+        assert f"tolerance: {phrase}" in question, (check.__name__, phrase, question)
+
+
+def test_an_answer_within_ten_tolerances_is_asked_for_digits_not_hinted():
+    """Issue 39: 19.19 against 19.1868 (rtol 1e-4) got a hint that sent the learner re-deriving."""
+    from course_utils.checks.online_softmax import check_quick_second_example
+
+    with pytest.raises(CheckFailure) as info:
+        check_quick_second_example(19.19)
+    text = str(info.value)
+    assert "close" in text and "give 5 significant digits" in text and "hint" not in text
+    assert round(19.1868, 5 - 2) == 19.187  # 5 significant digits of the answer ...
+    assert "✓" in run_quietly(check_quick_second_example, 19.187)  # ... pass
+    with pytest.raises(CheckFailure) as info:
+        check_quick_second_example(25.0)  # far off: the hint, not the digits
+    assert "hint" in str(info.value) and "significant" not in str(info.value)
+
+
+def test_significant_digits_always_meet_the_tolerance():
+    for rtol in (1e-4, 5e-3, 1e-3, 1e-2, 2e-2):
+        n = _core.significant_digits(rtol)
+        for value in (1.04999, 1.94999, 9.999, 19.1868, 0.135335):
+            rounded = float(f"{value:.{n}g}")
+            assert abs(rounded - value) <= rtol * abs(value)
+
+
+def test_a_known_wrong_value_near_the_right_one_keeps_its_hint():
+    """The digits request never hides a known mistake's hint (hinted_answer's windows)."""
+    with pytest.raises(CheckFailure) as info:
+        _core.hinted_answer("x", 1.011, 1.0, [(1.012, "the known mistake")], "default", rtol=1e-2)
+    assert "the known mistake" in str(info.value) and "significant" not in str(info.value)
+
+
+def test_averaging_the_two_blocks_gets_a_hint_that_names_averaging():
+    from course_utils.checks.online_softmax import FURTHER_V, FURTHER_X, check_quick_second_example
+
+    outs = []
+    for b in (slice(0, 2), slice(2, 4)):
+        w = np.exp(FURTHER_X[b] - FURTHER_X[b].max())
+        outs.append(float(w @ FURTHER_V[b] / w.sum()))
+    with pytest.raises(CheckFailure) as info:
+        check_quick_second_example((outs[0] + outs[1]) / 2)
+    assert "average of the two blocks' outputs" in str(info.value)
+
+
+def test_readme_names_the_notebooks_that_have_concept_checks():
+    readme = (pipeline.REPO / "README.md").read_text()
+    section = readme.split("## The notebooks", 1)[1].split("\n## ", 1)[0]
+    sentence = " ".join(section.split("\n\n")[1].split())
+    numbers = sorted({nb[:2] for nb in NOTEBOOK.values()})
+    listed = ", ".join(numbers[:-1]) + " and " + numbers[-1]
+    assert f"in notebooks {listed}, graded concept checks" in sentence, sentence

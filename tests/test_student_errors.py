@@ -63,3 +63,75 @@ def test_validate_of_an_untouched_notebook_names_the_function(tmp_path):
     assert "online_softmax_stats is not written yet" in text, text
     assert "answer_rescale is not set yet" in text, text
     assert "_core.py" not in text and "Traceback" not in text
+
+
+# ---- issue 39: cells after an exercise stop with one line naming it ------------------------------
+def test_uses_exercises_turns_any_error_into_one_line_naming_the_exercise():
+    from course_utils.memory import ThreadBlockError
+    from course_utils.student_errors import ExerciseNotReady, NotWrittenError, uses_exercises
+
+    causes = [
+        NotImplementedError(),
+        NotWrittenError("count_flash_forward"),
+        NameError("name 't_std' is not defined"),
+        AssertionError(),
+        ThreadBlockError(
+            "a K tile is loaded while no Q tile is on chip\nmore", "stream-without-tile"
+        ),
+    ]
+    for cause in causes:
+        with pytest.raises(ExerciseNotReady) as info:
+            with uses_exercises("exercise 2 (count_flash_forward)"):
+                raise cause
+        lines = info.value._render_traceback_()
+        assert len(lines) == 1 and lines[0].startswith("✗ this cell uses exercise 2")
+        assert "\n" not in lines[0]
+    with pytest.raises(ValueError, match="exercises"):
+        with uses_exercises():
+            pass
+
+
+def _run_student(assignment, replace=None):
+    path = pipeline.REPO / "notebooks" / assignment / f"{assignment}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    for grade_id, source in (replace or {}).items():
+        cell = next(
+            c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id
+        )
+        cell.source = source
+    NotebookClient(
+        nb, kernel_name="python3", allow_errors=True, timeout=120,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()  # fmt: skip
+    return nb
+
+
+def _error(cell):
+    return next((o for o in cell.get("outputs", []) if o.output_type == "error"), None)
+
+
+def test_04_demo_cells_after_a_wrong_or_unfinished_exercise_say_so_in_one_line():
+    """Issue 39: cell 55 (NameError t_std or a bare AssertionError), cells 30 and 70 (a
+    ThreadBlockError traceback through course_utils/memory.py)."""
+    wrong = {
+        "standard_attention_traffic": "def standard_attention_traffic(N, d):\n    return 4 * N * N",
+        "count_flash_forward": (
+            "def count_flash_forward(mem, N, d, Br, Bc):\n"
+            "    for j0 in range(0, N, Bc):\n"
+            "        mem.load('K', (j0, j0 + Bc))\n"
+        ),
+    }
+    for nb in (_run_student("04_hbm_traffic"), _run_student("04_hbm_traffic", wrong)):
+        for index in (30, 55, 70):
+            err = _error(nb.cells[index])
+            assert err is not None, index
+            assert len(err.traceback) == 1, (index, err.traceback)
+            assert err.traceback[0].startswith("✗ this cell uses exercise"), err.traceback
+
+
+def test_05_try_it_after_exercise_2_does_not_fail_on_a_missing_cache():
+    """Issue 39: cell 19 called the learner's function before it defined q10, K10, V10."""
+    nb = _run_student("05_split_kv")
+    err = _error(nb.cells[24])
+    assert err is not None and len(err.traceback) == 1
+    assert "not written yet" in err.traceback[0] and "q10" not in err.traceback[0]

@@ -1664,10 +1664,36 @@ def _failure_message(
 # ---------------------------------------------------------------------------------------------
 
 
+def tolerance_phrase(rtol: float) -> str:
+    """How a quick check's tolerance reads beside its question and in its feedback: "exact" for
+    an integer count (rtol below 1e-6), else the relative tolerance in percent ("0.5%")."""
+    if rtol < 1e-6:
+        return "exact"
+    return f"{rtol * 100:.10g}%"
+
+
+def significant_digits(rtol: float) -> int:
+    """Digits that always meet a relative tolerance: rounding to N significant digits is off by
+    at most 5 x 10^-N of the value (leading digit 1), so N = ceil(log10(5 / rtol))."""
+    return max(2, math.ceil(math.log10(5.0 / rtol) - 1e-9))
+
+
 def check_answer(
-    label: str, yours, expected, *, rtol: float = 1e-3, atol: float = 1e-9, hint: str = ""
+    label: str,
+    yours,
+    expected,
+    *,
+    rtol: float = 1e-3,
+    atol: float = 1e-9,
+    hint: str = "",
+    near: bool = True,
 ) -> None:
-    """Check a numeric quick-check answer; print a pass line or raise CheckFailure with a hint."""
+    """Check a numeric quick-check answer; print a pass line or raise CheckFailure with a hint.
+
+    An answer within 10 times the tolerance (and `near`: the hint is not one for a known wrong
+    value) is a right result given with too few digits: the reply asks for more digits instead
+    of the hint, which would send the learner re-deriving a right result.
+    """
     if yours is None or yours is Ellipsis:
         raise CheckFailure(f"{label}: no answer yet (replace the placeholder with a number)")
     if isinstance(yours, str):
@@ -1685,7 +1711,14 @@ def check_answer(
                 f"✗ {label}: the value is right, but it is {type(yours).__name__} of shape "
                 f"{np.shape(yours)}; give a plain number (for example float(...) of it)"
             )
-    msg = f"✗ {label}: {describe(yours)} is not right."
+    tolerance = tolerance_phrase(rtol)
+    if near and rtol >= 1e-6 and close(yours, expected, rtol=10 * rtol, atol=10 * atol):
+        raise CheckFailure(
+            f"✗ {label}: {describe(yours, 8)} is close, but not within the tolerance "
+            f"({tolerance}): give {significant_digits(rtol)} significant digits (or the "
+            f"expression itself, such as np.exp(-1))."
+        )
+    msg = f"✗ {label}: {describe(yours)} is not right (tolerance: {tolerance})."
     raise CheckFailure(msg + (f"\n  hint: {hint}" if hint else ""))
 
 
@@ -1697,9 +1730,10 @@ def hinted_answer(
     wrong_answers: (value, hint) pairs, e.g. (8 / 10, "that is the ratio the other way round").
     An answer gets the hint of the nearest known wrong value when it lies within 1% of it and
     closer to it than to any other known value (the right one included): windows never overlap.
-    Any other wrong answer gets default_hint.
+    Any other wrong answer gets default_hint, or, within 10 times the tolerance of the right
+    value, the request for more digits (check_answer).
     """
-    hint = default_hint
+    hint, known_wrong = default_hint, False
     try:
         value = float(yours)
     except (TypeError, ValueError):
@@ -1713,9 +1747,9 @@ def hinted_answer(
             if others:
                 window = min(window, 0.5 * min(others))
             if abs(value - wrong) <= window:
-                hint = why
+                hint, known_wrong = why, True
                 break
-    check_answer(label, yours, expected, rtol=rtol, hint=hint)
+    check_answer(label, yours, expected, rtol=rtol, hint=hint, near=not known_wrong)
 
 
 @dataclass(frozen=True)
@@ -1829,6 +1863,48 @@ def _chosen_keys(question: Question, yours) -> frozenset[str]:
     return frozenset(letters)
 
 
+_LATEX_SYMBOLS = {
+    r"\times": "×", r"\Theta": "Θ", r"\le": "≤", r"\ge": "≥", r"\ell": "ℓ", r"\propto": "∝",
+    r"\top": "ᵀ", r"\infty": "∞", r"\log": "log", r"\max": "max", r"\min": "min", r"\exp": "exp",
+    r"\cdot": "·", r"\sqrt": "√", r"\sum": "Σ", r"\,": " ", "{,}": ",",
+}  # fmt: skip
+_SUPERSCRIPT = str.maketrans("0123456789+-()nijkT", "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁽⁾ⁿⁱʲᵏᵀ")
+_SUBSCRIPT = str.maketrans("0123456789+-()ijkrs", "₀₁₂₃₄₅₆₇₈₉₊₋₍₎ᵢⱼₖᵣₛ")
+_MATH = re.compile(r"\$([^$]*)\$")
+_SCRIPT = re.compile(r"([\^_])(\{([^{}]*)\}|\w)")
+
+
+def _math_plain(math_text: str) -> str:
+    """One $...$ of a concept option as plain text (N \\times N -> N×N, N^2 d -> N²d)."""
+    text = math_text
+    for name in ("mathrm", "text", "tilde"):
+        text = re.sub(rf"\\{name}\s*\{{([^{{}}]*)\}}", r"\1", text)
+    text = re.sub(r"\\tilde\s*(\w)", "\\1\u0303", text)
+    for latex, symbol in sorted(_LATEX_SYMBOLS.items(), key=lambda kv: -len(kv[0])):
+        text = re.sub(re.escape(latex) + r"(?![A-Za-z])", lambda _m, s=symbol: s, text)
+
+    def script(m: re.Match) -> str:
+        body = m.group(3) if m.group(3) is not None else m.group(2)
+        table = _SUPERSCRIPT if m.group(1) == "^" else _SUBSCRIPT
+        converted = body.translate(table)
+        if all(c != d or c in "ᵀ" for c, d in zip(converted, body, strict=True)):
+            return converted
+        return m.group(1) + (f"({body})" if len(body) > 1 else body)
+
+    while (scripted := _SCRIPT.sub(script, text)) != text:  # innermost braces first
+        text = scripted
+    text = re.sub(r"(?<=[²³⁴ⁿᵀ])\s+(?=[A-Za-z])", "", text)  # N^2 d: N²d
+    text = re.sub(r"\s*×\s*", "×", text)
+    return text.replace("{", "").replace("}", "").replace("\\", "")
+
+
+def plain_text(markdown: str) -> str:
+    """A concept option's markdown as feedback prints it: math in plain Unicode, no LaTeX
+    ($N \\times N$ -> N×N, $\\Theta(N^2 d)$ -> Θ(N²d)); feedback is plain text, and it is the
+    only place where an option's text becomes feedback (check_choice)."""
+    return _MATH.sub(lambda m: _math_plain(m.group(1)), markdown).replace("**", "")
+
+
 def _shown(key: str) -> str:
     return {"true": "True", "false": "False"}.get(key, f"({key})")
 
@@ -1848,7 +1924,7 @@ def check_choice(question: Question, yours) -> None:
     shown = _shown(wrong.key)
     raise CheckFailure(
         f"✗ {question.label}: {shown} is not right.\n"
-        f"  likely mistake: {wrong.text} [misconception: {wrong.slug}]\n"
+        f"  likely mistake: {plain_text(wrong.text)} [misconception: {wrong.slug}]\n"
         f"  {wrong.why}"
     )
 

@@ -419,7 +419,12 @@ def _backward_variant(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False, *, bug):
                 D_i = (p * dp).sum(axis=1)
             elif bug == "D-from-dP-tile":
                 D_i = dp.sum(axis=1)
-            ds = p * dp if bug == "forgot-D" else p * (dp - D_i[:, None])
+            if bug == "forgot-D":
+                ds = p * dp
+            elif bug == "sign":
+                ds = p * (D_i[:, None] - dp)
+            else:
+                ds = p * (dp - D_i[:, None])
             dq_add = tau_q * (ds @ k_j)
             if bug == "dq-overwritten":
                 dQ[i : i + Br] = dq_add
@@ -514,6 +519,14 @@ BACKWARD_MISTAKES = [
         "forgot D: dS = P * dP",
         "The softmax couples the entries of a row: its Jacobian is diag(p) - p p^T. " + _D_RULE,
         "forgot-D",
+    ),
+    _bwd_mistake(
+        "sign-flipped",
+        "the sign of dS is flipped: dS = P * (D - dP)",
+        "Raising S_ij moves probability to key j from the others, so the loss changes by P_ij "
+        "times (dP_ij minus the row's average D_i): dS_ij = P_ij (dP_ij - D_i), as in exercise 1. "
+        "With the sign flipped, dQ and dK come out negated (dV does not use dS and stays right).",
+        "sign",
     ),
     _bwd_mistake(
         "m-without-l",
@@ -1168,5 +1181,5 @@ def check_quick_p_over_lse(answer) -> None:
             (4 * N / (2 * N * N), "that is lse / P; the question asks the other way"),
         ],
         "P: N^2 numbers of 2 bytes; lse: N numbers of 4 bytes",
-        rtol=1e-6,
+        rtol=0.0,
     )

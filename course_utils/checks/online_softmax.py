@@ -485,8 +485,8 @@ def _random_scores(rng, shape, *, mask=True):
 def _stats_cases(seed, trials):
     cases = [
         Case(
-            "the scores s = (2, 4, 1, 3) of quick check 4, block 2 (block 2 does not raise the "
-            "max)",
+            "the scores s = (2, 4, 1, 3), block 2 (the second block, (1, 3), does not raise the "
+            "running max 4)",
             (FURTHER_X, 2),
             focus=_FOCUS_RESCALE,
         ),
@@ -559,8 +559,8 @@ def _attention_cases(seed, trials):
     rng1 = np.random.default_rng(1)
     cases = [
         Case(
-            "the scores s = (2, 4, 1, 3), v = (5, 15, 25, 35) of quick check 4, block 2 (block 2 "
-            "does not raise the max)",
+            "the scores s = (2, 4, 1, 3), v = (5, 15, 25, 35), block 2 (the second block, "
+            "(1, 3), does not raise the running max 4)",
             (FURTHER_X, FURTHER_V, 2),
             focus=_FOCUS_RESCALE,
         ),
@@ -833,6 +833,10 @@ def check_quick_second_example(answer) -> None:
     blocks = [(x[:2], v[:2]), (x[2:], v[2:])]
     own = [(np.exp(b - b.max()), bv) for b, bv in blocks]  # each block relative to its own max
     unscaled = sum(p @ bv for p, bv in own) / sum(p.sum() for p, _ in own)
+    o1, o2 = (float(p @ bv / p.sum()) for p, bv in own)  # each block's output alone
+    # both blocks have the same mass relative to their own max, so averaging their outputs gives
+    # the unscaled sum: one value, one hint that names the averaging
+    assert np.isclose((o1 + o2) / 2, unscaled)
     hinted_answer(
         "output for scores (2, 4, 1, 3), values (5, 15, 25, 35)",
         answer,
@@ -840,12 +844,15 @@ def check_quick_second_example(answer) -> None:
         [
             (
                 unscaled,
-                "that weighs the two blocks as if both had the same max. Block 2 does not raise "
-                "the max: it stays 4, so the old sums keep the factor 1, and block 2's terms are "
-                "e^{x_i - 4} (taken relative to its own max 3, they need scale_new = exp(3 - 4))",
+                f"that is the plain average of the two blocks' outputs, ({o1:.2f} + {o2:.2f}) / 2 "
+                "(the "
+                "same number as summing both blocks relative to their own maxes, with no "
+                "rescale). The blocks do not count equally: weigh each by its mass. Block 2 does "
+                "not raise the max: it stays 4, so block 1's sums keep the factor 1, and block "
+                "2's terms are e^{x_i - 4}, e^{-1} times their values relative to its own max 3",
             ),
-            (float(own[0][0] @ v[:2] / own[0][0].sum()), "that is block 1's output alone"),
-            (float(own[1][0] @ v[2:] / own[1][0].sum()), "that is block 2's output alone"),
+            (o1, "that is block 1's output alone"),
+            (o2, "that is block 2's output alone"),
             (float(v.mean()), "that is the plain mean of the values; weight them by e^{x_i}"),
         ],
         "keep (m, l, acc); at block 2 the max stays 4, so the old sums keep factor 1 and the new "

@@ -816,6 +816,7 @@ def check_quick_blocks_no_split(answer) -> None:
              "blocks"),
         ],
         "one thread block per (sequence, head): the query tiles are a single query each",
+        rtol=0.0,
     )  # fmt: skip
 
 
@@ -835,6 +836,7 @@ def check_quick_blocks_split(answer) -> None:
              "blocks"),
         ],
         "each (sequence, head, chunk) triple gets its own thread block",
+        rtol=0.0,
     )  # fmt: skip
 
 
