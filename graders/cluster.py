@@ -126,7 +126,13 @@ def cached_template(
 
 
 def _prune(root: Path, current: Path) -> None:
-    """Remove all but the TEMPLATE_CACHE_KEEP most recently used templates (never `current`)."""
+    """Remove all but the TEMPLATE_CACHE_KEEP most recently used templates (never `current`),
+    and what builds stopped a day ago or more left (a build in progress is younger)."""
+    import time
+
+    for stale in root.glob(".building-*"):
+        if stale.stat().st_mtime < time.time() - 86400:
+            shutil.rmtree(stale, ignore_errors=True)
     done = [p for p in root.iterdir() if p.is_dir() and (p / _META).is_file() and p != current]
     done.sort(key=lambda p: p.stat().st_mtime, reverse=True)
     for old in done[TEMPLATE_CACHE_KEEP - 1 :]:
