@@ -277,11 +277,11 @@ def run(
     say=print,
 ) -> Iterator[tuple[dict, str | None]]:
     """Grade every job on dask; yield (result, feedback html) as each one finishes."""
+    if not jobs:  # before importing dask (a second or so): a run with nothing new starts nothing
+        return
     from distributed import Client, as_completed
     from tqdm.auto import tqdm
 
-    if not jobs:
-        return
     cluster = None
     if scheduler is None:
         cluster = _local_cluster(workers)
