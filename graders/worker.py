@@ -22,9 +22,11 @@ import time
 from pathlib import Path
 
 from . import pipeline
+from .submissions import cause_line, find_tampering, read_submission, truncate_outputs
 
-# nbformat, nbgrader and course_utils are imported where they are used: the grader's client
-# imports this module for result_path and sha256 alone, and must start fast (graders/grade.py)
+# nbgrader (through .execute) and course_utils are imported where they are used: the grader's
+# client imports this module for result_path and sha256 alone, and must start fast (grade.py);
+# .submissions (and nbformat) it imports anyway
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -65,7 +67,6 @@ def grade_one(job: dict) -> dict:
 
     from . import student_build
     from .execute import KERNEL_DIED, NOT_STOPPED, TIMED_OUT
-    from .submissions import cause_line, find_tampering, read_submission, truncate_outputs
 
     student, assignment = job["student"], job["assignment"]
     out, template = Path(job["out"]), Path(job["template"])
