@@ -6,6 +6,8 @@
     python -m benchmarks.grading --compare 3 --against ../old        # this grader against another
     python -m benchmarks.grading --compare 2 --against ../old --students 5   # ... on a class
     python -m benchmarks.grading --notebooks 01-07 ...   # any of the above, on some notebooks only
+    python -m benchmarks.grading --versus-nbgrader 2 --students 4 --notebooks 1,3,5
+                          # plain `nbgrader autograde` and `python -m graders grade`, side by side
 
 Builds a synthetic class from the bank of graders/bank.py (each student gets, for every notebook,
 one of: full solution, untouched release, partial answer, or a named mistake, in turn; every file
@@ -14,7 +16,10 @@ for one student and for the class. --compare K grades one student's notebooks 2K
 with and without the sandbox in alternating order, so that both see the same machine; it prints
 each time, the medians and the sandbox's cost. Every class run ends with the scaling model
 (model_lines): seconds per notebook in its grading process, how busy the worker slots were, and
-the client's own CPU per notebook.
+the client's own CPU per notebook. --versus-nbgrader K grades the same class K times each with
+plain `nbgrader autograde` (a course directory with nbgrader's own config file) and with
+`python -m graders grade` (the sandbox on), alternating, both as programs a caller starts, then
+times the grader's run with nothing new (versus_nbgrader).
 """
 
 from __future__ import annotations
@@ -240,6 +245,83 @@ def compare_with(
     return 0
 
 
+def _plain_course(root: Path, assignments: list[str], submitted: Path) -> Path:
+    """A course directory as an instructor sets one up for plain nbgrader: the course's
+    nbgrader_config.py beside solutions/ and notebooks/, the assignments in the gradebook
+    (`nbgrader generate_assignment`, untimed), and the class under submitted/."""
+    root.mkdir(parents=True)
+    shutil.copyfile(pipeline.CONFIG_FILE, root / "nbgrader_config.py")
+    for a in assignments:
+        shutil.copytree(pipeline.REPO / "solutions" / a, root / "solutions" / a)
+    shutil.copytree(submitted, root / "submitted")
+    for a in assignments:
+        _nbgrader(root, "generate_assignment", a, "--force")
+    return root
+
+
+def _nbgrader(root: Path, *args: str) -> float:
+    """Run `nbgrader ARGS` in the course directory `root`; its wall seconds."""
+    env = {**os.environ, "PYTHONPATH": str(pipeline.REPO)}  # the kernels import course_utils
+    # nbgrader creates its gradebook with the `alembic` program of its environment
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    nbgrader = [sys.executable, "-m", "nbgrader", *args]
+    t0 = time.perf_counter()
+    subprocess.run(nbgrader, cwd=root, env=env, check=True, capture_output=True, text=True)
+    return time.perf_counter() - t0
+
+
+def _graders(submitted: Path, out: Path, jobs: int) -> tuple[float, str]:
+    """Run `python -m graders grade` (sandbox on) as a caller does; wall seconds and its output."""
+    cmd = [sys.executable, "-m", "graders", "grade", str(submitted), "--out", str(out)]
+    t0 = time.perf_counter()
+    got = subprocess.run(
+        [*cmd, "--jobs", str(jobs)], cwd=pipeline.REPO, check=True, capture_output=True, text=True
+    )
+    return time.perf_counter() - t0, got.stdout
+
+
+def versus_nbgrader(
+    pairs: int, students: int, jobs: int, out: str | None, assignments: list[str]
+) -> int:
+    """The same class graded by plain `nbgrader autograde` (one command per assignment, as its
+    documentation says) and by `python -m graders grade` with the sandbox and the grader-side
+    verdicts on, `pairs` times each in alternating order, each into a fresh course or output
+    folder; then the grader once more on its last output, with nothing new. Wall clock as a
+    caller sees it, programs started and all."""
+    work = Path(out or tempfile.mkdtemp(prefix="grading-versus-"))
+    make_class(work / "class", students, assignments)
+    submitted = work / "class" / "submitted"
+    n = sum(1 for _ in submitted.glob("*/*/*.ipynb"))
+    times: dict[str, list[float]] = {"nbgrader": [], "graders": []}
+    last = None
+    for k in range(pairs):
+        for which in ("nbgrader", "graders") if k % 2 == 0 else ("graders", "nbgrader"):
+            if which == "nbgrader":
+                course = _plain_course(work / f"plain-{k}", assignments, submitted)
+                took = sum(_nbgrader(course, "autograde", a, "--force") for a in assignments)
+                graded = len(list(Path(course, "autograded").glob("*/*/*.ipynb")))
+                if graded != n:
+                    raise SystemExit(f"nbgrader autograded {graded} of {n} notebooks")
+            else:
+                last = work / f"graded-{k}"
+                took, said = _graders(submitted, last, jobs)
+                print(f"  {said.strip().splitlines()[-1]}", flush=True)
+            times[which].append(took)
+            print(
+                f"pair {k + 1}: {which:8s} {took:.1f} s ({took / n:.2f} s a notebook)", flush=True
+            )
+    again, said = _graders(submitted, last, jobs)
+    plain, ours = statistics.median(times["nbgrader"]), statistics.median(times["graders"])
+    print(
+        f"\n{platform.node()} · {os.cpu_count()} cores · {jobs} jobs · {students} students x "
+        f"{len(assignments)} notebooks ({', '.join(assignments)}) = {n}, {pairs} pairs\n"
+        f"per notebook (median run / {n}): nbgrader autograde {plain / n:.2f} s, "
+        f"python -m graders grade {ours / n:.2f} s: ratio {ours / plain:.2f}\n"
+        f"nothing new: {again:.2f} s ({said.strip().splitlines()[-1]})"
+    )
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -268,8 +350,20 @@ def main(argv=None) -> int:
         metavar="LIST",
         help='only these assignments, by number: "01-07" (the first seven), "1,3,5-6"',
     )
+    ap.add_argument(
+        "--versus-nbgrader",
+        type=int,
+        default=0,
+        metavar="K",
+        help="the class of --students graded K times each by plain nbgrader autograde and by "
+        "python -m graders grade, alternating, then once more with nothing new",
+    )
     args = ap.parse_args(argv)
     chosen = select(args.notebooks)
+    if args.versus_nbgrader:
+        return versus_nbgrader(
+            args.versus_nbgrader, args.students or 4, args.jobs, args.out, chosen
+        )
     if args.against:
         return compare_with(
             Path(args.against), args.compare or 3, args.jobs, args.out, chosen, args.students or 1

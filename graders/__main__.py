@@ -120,4 +120,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    pipeline.skip_iri_grammar()  # before anything imports nbformat: the first line comes sooner
     sys.exit(main())

@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -56,6 +58,87 @@ def release_hash(root: Path = pipeline.REPO) -> str:
     return h.hexdigest()
 
 
+# ---------------------------------------------------------------- the release template, cached
+
+TEMPLATE_CACHE_KEEP = 4  # templates kept in the cache: the newest used, the others removed
+_META = ".meta.json"  # max scores and code cells; written last, so its presence marks a whole one
+
+
+def template_cache() -> Path:
+    """Where grading templates are kept between runs: $XDG_CACHE_HOME/fa-course-grader
+    (default ~/.cache/fa-course-grader)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "fa-course-grader"
+
+
+def template_key(release: str, assignments: list[str]) -> str:
+    """What a grading template is made from: the release (release_hash), the assignments it
+    holds, and what turns them into a template: nbgrader's version, the course's nbgrader config,
+    and the course package with the code that strips it (graders/student_build.py)."""
+    from importlib.metadata import version
+
+    from . import student_build
+
+    h = hashlib.sha256(f"{release}\n{','.join(assignments)}\n{version('nbgrader')}\n".encode())
+    stripped = sorted(student_build.PACKAGE.rglob("*.py"))
+    for path in (pipeline.CONFIG_FILE, Path(student_build.__file__), *stripped):
+        h.update(str(path.relative_to(pipeline.REPO)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:32]
+
+
+def cached_template(
+    assignments: list[str], release: str, say=None
+) -> tuple[Path, dict[str, float], dict[str, int]]:
+    """The grading template of graders.grade.build_template for these assignments, built once
+    per template_key into template_cache() and reused by every later run (the release generated
+    with nbgrader and the students' packages stripped: seconds a run). A changed release, course
+    package or nbgrader gives another key, so a new template; the newest few are kept. Built in a
+    temporary folder beside it and renamed into place whole, so a run that is stopped, or two
+    that build at once, never leave or use a half-built one. It holds the release alone: each
+    submission is graded in a copy of its own (graders/worker.py)."""
+    root = template_cache()
+    dest = root / template_key(release, assignments)
+    if not (dest / _META).is_file():
+        from .grade import build_template
+
+        if say is not None:
+            say(f"building the release template of {len(assignments)} assignments (cached)")
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
+        try:
+            template, max_score, code_cells = build_template(tmp, assignments, release)
+            meta = {"max_score": max_score, "code_cells": code_cells}
+            (template / _META).write_text(json.dumps(meta))
+            if dest.is_dir() and not (dest / _META).is_file():
+                shutil.rmtree(dest)  # not a template (no meta): never renamed into place whole
+            try:
+                os.rename(template, dest)
+            except OSError:  # another run renamed its own first: the same key, the same content
+                if not (dest / _META).is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    meta = json.loads((dest / _META).read_text())
+    os.utime(dest)  # most recently used
+    _prune(root, dest)
+    return dest, meta["max_score"], meta["code_cells"]
+
+
+def _prune(root: Path, current: Path) -> None:
+    """Remove all but the TEMPLATE_CACHE_KEEP most recently used templates (never `current`),
+    and what builds stopped a day ago or more left (a build in progress is younger)."""
+    import time
+
+    for stale in root.glob(".building-*"):
+        if stale.stat().st_mtime < time.time() - 86400:
+            shutil.rmtree(stale, ignore_errors=True)
+    done = [p for p in root.iterdir() if p.is_dir() and (p / _META).is_file() and p != current]
+    done.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in done[TEMPLATE_CACHE_KEEP - 1 :]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 # ---------------------------------------------------------------- on the worker
 
 _templates: dict[tuple, Path] = {}
@@ -64,7 +147,7 @@ _template_lock = threading.Lock()
 
 def _template_for(job: dict) -> Path:
     """The course directory to grade in: the client's, where this worker sees it with the same
-    release stamp (a LocalCluster), else one built here once per worker process."""
+    release stamp (a LocalCluster), else this node's cached one (cached_template)."""
     given = Path(job["template"])
     stamp = given / ".release"
     if stamp.is_file() and stamp.read_text() == job["release"]:
@@ -79,10 +162,7 @@ def _template_for(job: dict) -> Path:
                 f"this worker's course release ({pipeline.REPO}, {mine[:12]}) differs from the "
                 f"client's ({job['release'][:12]}): install the same release on every node"
             )
-        from .grade import build_template
-
-        work = Path(tempfile.mkdtemp(prefix="fa-grading-template-"))
-        template, _, _ = build_template(work, list(job["assignments"]), job["release"])
+        template, _, _ = cached_template(list(job["assignments"]), job["release"])
         _templates[key] = template
         return template
 
@@ -197,11 +277,11 @@ def run(
     say=print,
 ) -> Iterator[tuple[dict, str | None]]:
     """Grade every job on dask; yield (result, feedback html) as each one finishes."""
+    if not jobs:  # before importing dask (a second or so): a run with nothing new starts nothing
+        return
     from distributed import Client, as_completed
     from tqdm.auto import tqdm
 
-    if not jobs:
-        return
     cluster = None
     if scheduler is None:
         cluster = _local_cluster(workers)

@@ -44,8 +44,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
-
 from . import cluster, pipeline, student_build
 from .submissions import Submission, attach_submission_info, discover
 from .worker import result_path, sha256
@@ -74,6 +72,8 @@ def build_template(
 ) -> tuple[Path, dict[str, float], dict[str, int]]:
     """A course directory with the release and a gradebook that knows every assignment; its
     `.release` file holds the release digest (graders.cluster.release_hash) it was built from."""
+    import nbformat
+
     template = work / "template"
     shutil.rmtree(template, ignore_errors=True)
     shutil.copytree(pipeline.REPO / "solutions", template / "solutions")
@@ -185,7 +185,6 @@ def grade(
     wanted = sorted({s.assignment for s in subs}, key=known.index)
     t0 = time.perf_counter()
     release = cluster.release_hash()
-    template, max_score, code_cells = build_template(out / ".work", wanted, release)
     results: list[dict] = []
     todo: list[Submission] = []
     for sub in subs:
@@ -196,6 +195,14 @@ def grade(
                 results.append(previous)
                 continue
         todo.append(sub)
+    workers = jobs or os.cpu_count() or 1
+    if progress:  # the first line, within a second or two of the command
+        print(_summary(subs, todo, workers, scheduler), flush=True)
+    template, max_score, code_cells = (  # no template (nor cluster) when nothing is to grade
+        cluster.cached_template(wanted, release, say=print if progress else None)
+        if todo
+        else (None, {r["assignment"]: r["max_score"] for r in results}, {})
+    )
     tasks = [
         {
             "student": sub.student,
@@ -216,7 +223,6 @@ def grade(
         }
         for sub in todo
     ]
-    workers = jobs or os.cpu_count() or 1
     t1 = time.perf_counter()
     for res, page in cluster.run(tasks, scheduler=scheduler, workers=workers, progress=progress):
         res.pop("feedback", None)
@@ -246,22 +252,27 @@ def grade(
             res["problems"].append(NOT_ROSTERED)
     results += missing_results(results, wanted, max_score, people)
     results.sort(key=lambda r: (r["student"], known.index(r["assignment"])))
-    from .report import write_outputs
-
     t2 = time.perf_counter()
-    write_outputs(results, problems, out, wanted, max_score)
+    written_from = [results, problems, wanted, max_score, str(course), gradebook]
+    digest = _outputs_digest(out, written_from)
+    if digest is not None:  # None: the grades and report on disk are these results' already
+        from .report import write_outputs
+
+        write_outputs(results, problems, out, wanted, max_score)
+        (out / ".cache" / "outputs.sha256").write_text(digest)
     final = None
     if course is not None:
         from . import gradebook as _gradebook
 
-        handed_in = [r for r in results if r["status"] != MISSING]
-        notes = _gradebook.record(handed_in, course, out, wanted, gradebook, people)
+        if digest is not None:  # (else these very results are in the gradebook already)
+            handed_in = [r for r in results if r["status"] != MISSING]
+            notes = _gradebook.record(handed_in, course, out, wanted, gradebook, people)
+            if progress:
+                where = gradebook or _gradebook.default_url(course)
+                print(f"gradebook: {len(handed_in)} submissions recorded in {where} ({course})")
+                for note in notes:
+                    print(f"  {note}")
         final = _gradebook.final_scores(course, wanted, gradebook)
-        if progress:
-            where = gradebook or _gradebook.default_url(course)
-            print(f"gradebook: {len(results)} submissions recorded in {where} (course {course})")
-            for note in notes:
-                print(f"  {note}")
     if kinds:
         tab = _exports.table(results, wanted, max_score, final)
         for path in _exports.write(kinds, tab, out, people):
@@ -270,6 +281,8 @@ def grade(
         strays = [s for s in tab.students if people is not None and s not in people]
         if strays and progress:
             print(f"  not in the roster (exported under their student id): {', '.join(strays)}")
+    if progress:
+        print(f"{len(todo)} graded, {len(subs) - len(todo)} unchanged; results in {out}")
     seconds = {"template": t1 - t0, "grading": t2 - t1, "report": time.perf_counter() - t2}
     return Outcome(results, problems, out, seconds, _own_cpu() - cpu0)
 
@@ -307,6 +320,31 @@ def missing_results(
         for a in assignments
         if (student, a) not in have
     ]
+
+
+def _summary(subs: list[Submission], todo: list[Submission], workers: int, scheduler) -> str:
+    """What the run is about to do, said before anything slow starts."""
+    where = f"the cluster at {scheduler}" if scheduler else f"{workers} workers"
+    students = len({s.student for s in subs})
+    return (
+        f"grading {len(todo)} notebooks of {students} students "
+        f"({len(subs) - len(todo)} unchanged) on {where}"
+    )
+
+
+def _outputs_digest(out: Path, what: list) -> str | None:
+    """A digest of what the grades and the report are written from, or None when they were
+    last written from the same (out/.cache/outputs.sha256) and are still there."""
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
+    stamp = out / ".cache" / "outputs.sha256"
+    written = all((out / name).is_file() for name in ("grades.csv", "report.md"))
+    if written and stamp.is_file() and stamp.read_text() == digest:
+        return None
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)  # written again once the outputs are
+    return digest
 
 
 def _own_cpu() -> float:

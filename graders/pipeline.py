@@ -21,6 +21,16 @@ REPO = Path(__file__).resolve().parent.parent
 CONFIG_FILE = Path(__file__).resolve().parent / "nbgrader_config.py"
 
 
+def skip_iri_grammar() -> None:
+    """Keep jsonschema from compiling rfc3987_syntax's IRI grammar (about 1 s at import, most of
+    the time `import nbformat` takes). Only jsonschema's "iri" format checker uses it, and
+    nbformat validates notebooks without format checking, so nothing the grader does changes.
+    Called first thing by the grader's programs (python -m graders, python -m graders.worker),
+    never on import: a library must not change what its importer's jsonschema checks."""
+    if "jsonschema" not in sys.modules:
+        sys.modules.setdefault("rfc3987_syntax", None)  # None: `import` raises ImportError
+
+
 def assignments(root: Path = REPO) -> list[str]:
     """The assignment ids, in course order: every solutions/NN_topic/NN_topic.ipynb."""
     src = Path(root) / "solutions"

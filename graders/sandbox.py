@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import glob
 import importlib.util
+import json
 import os
 import shutil
 import site
@@ -257,6 +258,24 @@ def _course_utils_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
+def _installed_course_utils() -> Path | None:
+    """Where the environment's editable install of course_utils points (its finder imports the
+    package from there in the kernel), when that is not the checkout this grader runs from: a
+    second checkout (a git worktree) sharing the first one's environment. The stripped package
+    is bound there too, or the kernel would find no course_utils at all."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        said = json.loads(distribution("course_utils").read_text("direct_url.json") or "{}")
+    except (PackageNotFoundError, ValueError):
+        return None
+    url = said.get("url", "")
+    if not said.get("dir_info", {}).get("editable") or not url.startswith("file://"):
+        return None
+    path = (Path(url.removeprefix("file://")) / "course_utils").resolve()
+    return path if path.is_dir() and path != _course_utils_dir() else None
+
+
 def _mounts(ro: list[Path], rw: list[Path], hidden: list[Path]) -> list[str]:
     """Bind arguments, shallow paths first; a hidden path under a bound one is covered by an
     empty tmpfs (and what must stay visible inside it is bound again after)."""
@@ -305,6 +324,9 @@ def bwrap_argv(
         ro = [p for p in ro if p != real]
         args += _mounts(ro, [conn], hidden)
         args += ["--ro-bind", str(Path(package).resolve()), str(real)]
+        other = _installed_course_utils()
+        if other is not None:
+            args += ["--ro-bind", str(Path(package).resolve()), str(other)]
     else:
         args += _mounts(ro, [conn], hidden)
     args += ["--ro-bind", str(seed), SEED]

@@ -21,12 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
-
-from course_utils.checks._core import misconception_slug
-
-from . import pipeline, student_build
-from .execute import KERNEL_DIED, NOT_STOPPED, TIMED_OUT
+from . import pipeline
 from .submissions import (
     cause_line,
     find_tampering,
@@ -34,6 +29,10 @@ from .submissions import (
     read_submission,
     truncate_outputs,
 )
+
+# nbgrader (through .execute) and course_utils are imported where they are used: the grader's
+# client imports this module for result_path and sha256 alone, and must start fast (grade.py);
+# .submissions (and nbformat) it imports anyway
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -48,6 +47,8 @@ def sha256(path: Path) -> str:
 
 def _cell_reports(nb) -> dict[str, dict]:
     """Per graded cell: the error it raised (first line) and the misconception it names."""
+    from course_utils.checks._core import misconception_slug
+
     reports = {}
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
@@ -68,6 +69,11 @@ def _cell_reports(nb) -> dict[str, dict]:
 
 def grade_one(job: dict) -> dict:
     """Autograde one submission; never raises for a problem of the submission itself."""
+    import nbformat
+
+    from . import student_build
+    from .execute import KERNEL_DIED, NOT_STOPPED, TIMED_OUT
+
     student, assignment = job["student"], job["assignment"]
     out, template = Path(job["out"]), Path(job["template"])
     result = {
@@ -85,7 +91,7 @@ def grade_one(job: dict) -> dict:
     start = time.perf_counter()
     scratch = out / ".work" / f"{student}__{assignment}"
     shutil.rmtree(scratch, ignore_errors=True)
-    shutil.copytree(template, scratch, ignore=shutil.ignore_patterns(student_build.PREBUILT))
+    scratch_course(template, scratch, assignment)
     release = nbformat.read(scratch / "notebooks" / assignment / f"{assignment}.ipynb", 4)
     try:
         nb, repairs = read_submission(job["path"], release)
@@ -159,6 +165,19 @@ def grade_one(job: dict) -> dict:
     return _finish(result, start, out)
 
 
+def scratch_course(template: Path, scratch: Path, assignment: str) -> None:
+    """The part of the grading template that autograding `assignment` reads, copied into this
+    submission's own course directory: the gradebook (written to, so a copy of its own), the
+    assignment's source (nbgrader copies its other files) and its release. The other
+    assignments' notebooks and the stripped packages stay in the template (measured: copying the
+    whole template was most of the worker's file work)."""
+    scratch.mkdir(parents=True)
+    shutil.copyfile(template / "gradebook.db", scratch / "gradebook.db")
+    for folder in ("solutions", "notebooks"):
+        if (template / folder / assignment).is_dir():
+            shutil.copytree(template / folder / assignment, scratch / folder / assignment)
+
+
 def sandbox_settings(job: dict) -> dict | None:
     """SandboxKernelManager settings for this job, or None when it runs without a sandbox."""
     if not job.get("sandbox", True):
@@ -211,6 +230,7 @@ def die_with_parent() -> None:
 
 
 if __name__ == "__main__":
+    pipeline.skip_iri_grammar()
     die_with_parent()
     job = json.loads(sys.argv[1])
     cap_memory(job.get("memory_gb"))

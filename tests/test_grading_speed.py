@@ -1,0 +1,134 @@
+"""What makes `python -m graders grade` quick, checked for behaviour (no timings here: those are in
+benchmarks/grading.py --versus-nbgrader): a run with nothing new grades nothing, starts no
+template build nor cluster, leaves the report as it was and says "0 graded, N unchanged"; the
+grading template is cached by its key and rebuilt when the release differs; the first line of
+output is the summary of the run."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from graders import cluster, grade, pipeline
+
+ASSIGNMENT = "01_online_softmax"  # the fastest notebook
+
+pytestmark = pytest.mark.skipif(
+    ASSIGNMENT not in pipeline.assignments(), reason="notebook 01 missing"
+)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A template cache of this test's own (cluster.template_cache follows XDG_CACHE_HOME)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "fa-course-grader"
+
+
+def _counting_builds(monkeypatch) -> list[str]:
+    """Record each real build of a template (graders.grade.build_template) by its release."""
+    builds: list[str] = []
+    real = grade.build_template
+
+    def counted(work, only, release=""):
+        builds.append(release)
+        return real(work, only, release)
+
+    monkeypatch.setattr(grade, "build_template", counted)
+    return builds
+
+
+def _sandbox() -> bool:
+    from graders import sandbox
+
+    return sandbox.probe() is None
+
+
+@pytest.mark.notebooks
+def test_a_run_with_nothing_new_grades_nothing_and_says_so(tmp_path, cache, capsys, monkeypatch):
+    release = nbformat.read(pipeline.REPO / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", 4)
+    students = ["ada", "grace"]
+    for student in students:  # the release, untouched, saved as Jupyter saves it
+        folder = tmp_path / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        nbformat.write(release, str(folder / f"{ASSIGNMENT}.ipynb"))
+    builds = _counting_builds(monkeypatch)
+    out = tmp_path / "graded"
+    sandbox = _sandbox()
+
+    first = grade.grade(tmp_path / "submitted", out, jobs=1, sandbox=sandbox)
+    said = capsys.readouterr().out.splitlines()
+    n = len(students)
+    assert said[0] == f"grading {n} notebooks of {n} students (0 unchanged) on 1 workers"
+    assert said[-1].startswith(f"{n} graded, 0 unchanged")
+    assert [r["student"] for r in first.results] == students
+    assert all(r["status"] == "graded" for r in first.results), first.results
+    assert len(builds) == 1
+    report = {p.name: p.stat().st_mtime_ns for p in (out / "report.md", out / "grades.csv")}
+
+    def no_template(*args, **kwargs):
+        raise AssertionError("a run with nothing to grade built or fetched a template")
+
+    def no_cluster(tasks, **kwargs):
+        if tasks:
+            raise AssertionError(f"a run with nothing new sent {len(tasks)} tasks")
+        return iter(())
+
+    monkeypatch.setattr(cluster, "cached_template", no_template)
+    monkeypatch.setattr(cluster, "run", no_cluster)
+    again = grade.grade(tmp_path / "submitted", out, jobs=1, sandbox=sandbox)
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == f"grading 0 notebooks of {n} students ({n} unchanged) on 1 workers"
+    assert said[-1].startswith(f"0 graded, {n} unchanged")
+    assert again.results == first.results
+    # the grades and the report were written from these very results: not written again
+    assert {p: (out / p).stat().st_mtime_ns for p in report} == report
+
+    (out / "report.md").unlink()  # gone: written again, though nothing was graded
+    grade.grade(tmp_path / "submitted", out, jobs=1, sandbox=sandbox)
+    assert (out / "report.md").is_file()
+    assert capsys.readouterr().out.splitlines()[-1].startswith(f"0 graded, {n} unchanged")
+
+
+def test_the_template_is_reused_for_the_same_release_and_rebuilt_for_another(cache, monkeypatch):
+    builds = _counting_builds(monkeypatch)
+    release = cluster.release_hash()
+
+    first, max_score, code_cells = cluster.cached_template([ASSIGNMENT], release)
+    assert first.parent == cache
+    assert (first / ".release").read_text() == release
+    assert max_score[ASSIGNMENT] > 0 and code_cells[ASSIGNMENT] > 0
+    assert not [p for p in cache.iterdir() if p.name.startswith(".building-")]
+
+    same = cluster.cached_template([ASSIGNMENT], release)
+    assert same == (first, max_score, code_cells)
+    assert builds == [release]
+
+    other = "0" * 64  # another release: another key, a template built for it
+    second, _, _ = cluster.cached_template([ASSIGNMENT], other)
+    assert second != first and (second / ".release").read_text() == other
+    assert builds == [release, other]
+    assert first.is_dir()  # the newest few are kept
+
+
+def test_a_half_built_template_is_never_used(cache, monkeypatch):
+    builds = _counting_builds(monkeypatch)
+    release = cluster.release_hash()
+    dest = cache / cluster.template_key(release, [ASSIGNMENT])
+    (dest / "notebooks").mkdir(parents=True)  # as a build stopped half-way would leave it
+    (dest / ".release").write_text(release)
+
+    template, _, _ = cluster.cached_template([ASSIGNMENT], release)
+    assert template == dest and builds == [release]
+    assert json.loads((dest / ".meta.json").read_text())["max_score"][ASSIGNMENT] > 0
+    assert (dest / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
+
+
+def test_the_template_key_follows_the_release_and_the_assignments():
+    release = cluster.release_hash()
+    key = cluster.template_key(release, [ASSIGNMENT])
+    assert key == cluster.template_key(release, [ASSIGNMENT])
+    assert key != cluster.template_key("0" * 64, [ASSIGNMENT])
+    assert key != cluster.template_key(release, [ASSIGNMENT, "03_tiled_forward"])
