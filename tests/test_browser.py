@@ -316,3 +316,58 @@ def test_notebook_runs_in_the_browser_and_its_figures_work(lab, browser, assignm
         page.locator(".jp-Notebook").screenshot(path=str(SHOTS / f"{assignment}-reopened.png"))
     finally:
         page.close()
+
+
+def test_a_triton_store_without_its_mask_is_a_message_not_a_dead_kernel(lab, browser):
+    """Notebook 06's puzzle 1 in the browser, answered with the commonest Triton slip (the store
+    without its mask): its "Try it" cell and its check each show the named error, and the kernel
+    lives on (in Triton's interpreter that store used to write into the kernel's own memory)."""
+    import nbformat
+
+    nb06 = nbformat.read(REPO / "solutions" / "06_triton_forward" / "06_triton_forward.ipynb", 4)
+
+    def grade_id(cell):
+        return (cell.metadata.get("nbgrader") or {}).get("grade_id")
+
+    def defining(text):
+        return next(c.source for c in nb06.cells if c.cell_type == "code" and text in c.source)
+
+    answer = next(c.source for c in nb06.cells if grade_id(c) == "scale_tile")
+    assert answer.count("alpha * x, mask=mask)") == 1, "puzzle 1's store changed: update the test"
+    slip = answer.replace("alpha * x, mask=mask)", "alpha * x)")
+    at = next(i for i, c in enumerate(nb06.cells) if grade_id(c) == "scale_tile")
+    try_it = next(
+        c.source for c in nb06.cells[at + 1 :] if c.cell_type == "code" and "# Try it" in c.source
+    )
+    check = next(c.source for c in nb06.cells if grade_id(c) == "scale_tile_tests")
+    check = check.split("### BEGIN HIDDEN TESTS")[0]
+    sources = [
+        defining("import course_utils.triton_attention as ta"),
+        defining("import triton.language as tl"),
+        defining("def scale_tile_spec"),
+        slip,
+        try_it,
+        check,
+        "print('kernel alive:', 6 * 7)",
+    ]
+    cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    for cell in cells[4:6]:  # JupyterLab's Run All goes on past a cell tagged so
+        cell.metadata["tags"] = ["raises-exception"]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)"}
+    name = "missing-mask.ipynb"
+    nbformat.write(nb, str(lab.root / name))
+    page = browser.new_page(viewport={"width": WIDTHS[0], "height": 1000})
+    try:
+        _open(page, lab, name)
+        _run_all(page, RUN_ALL_SECONDS["06_triton_forward"])
+        outputs = page.locator(".jp-Cell .jp-OutputArea").all_inner_texts()
+        assert len(outputs) == len(sources), outputs
+        assert "✗ store-out-of-bounds: scale_tile_kernel" in outputs[4], outputs[4]
+        assert "misconception: store-unmasked" in outputs[5], outputs[5]
+        assert "kernel alive: 42" in outputs[6], outputs
+        assert page.get_by_text("Python 3 (ipykernel) | Idle").count() == 1  # not dead
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.locator(".jp-Notebook").screenshot(path=str(SHOTS / "06-missing-mask.png"))
+    finally:
+        page.close()
