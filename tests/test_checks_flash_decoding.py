@@ -284,3 +284,49 @@ def test_a_plain_global_in_the_kernel_is_named_on_any_machine(tmp_path):
     with pytest.raises(CheckFailure) as failure:
         run_quietly(F.check_attend_chunk, _module(tmp_path, "plain_global", plain))
     assert "LN2 = tl.constexpr(0.6931471805599453)" in str(failure.value), str(failure.value)
+
+
+# ---- an error inside the learner's attend_chunk, run as notebook 09's "Try it" cell does ---------
+LOOP_VARIABLE_AS_TENSOR = (
+    "page = tl.load(table_ptr + start // PAGE_SIZE).to(tl.int64)",
+    "page = tl.load(table_ptr + start.to(tl.int64) // PAGE_SIZE).to(tl.int64)",
+)
+
+
+def _try_it(attend_chunk):
+    """Notebook 09's Try-it cell: the learner's partials on two sequences, GQA 4/2, three splits."""
+    from course_utils.triton_attention.decode_learner import learner_decode_partials
+
+    tensors, _ = F.decode_inputs(F.DecodeCase("try", 4, 2, 16, 16, (37, 5), 3, seed=1))
+    return learner_decode_partials(attend_chunk, *tensors, num_splits=3)
+
+
+@pytest.mark.skipif(not ta.INTERPRETER, reason="on a GPU the loop variable is a tensor")
+def test_a_loop_variable_used_as_a_tensor_is_one_line_with_the_fix(tmp_path):
+    from course_utils.triton_attention.decode_learner import AttendChunkError
+
+    right, wrong = LOOP_VARIABLE_AS_TENSOR
+    fn = _module(tmp_path, "loop_var", RIGHT.replace(right, wrong))
+    with pytest.raises(AttendChunkError) as raised:
+        _try_it(fn)
+    shown = raised.value._render_traceback_()  # what IPython prints instead of a traceback
+    assert len(shown) == 1 and "\n" not in shown[0], shown
+    assert wrong in shown[0] and "'int' object has no attribute 'to'" in shown[0], shown[0]
+    assert "tl.cast(start, tl.int64)" in shown[0], shown[0]
+    # the fix it names runs, and the check still reports the error with its input
+    fixed = RIGHT.replace(right, right.replace("start //", "tl.cast(start, tl.int64) //"))
+    assert fixed != RIGHT
+    out_partial, _ = _try_it(_module(tmp_path, "loop_var_fixed", fixed))
+    assert torch.isfinite(out_partial).all()
+    with pytest.raises(CheckFailure, match="has no attribute 'to'"):
+        run_quietly(F.check_attend_chunk, fn)
+
+
+def test_an_error_outside_attend_chunk_keeps_its_traceback(tmp_path):
+    from course_utils.triton_attention.decode_learner import attend_chunk_error
+
+    fn = _module(tmp_path, "right_for_errors", RIGHT)
+    try:
+        raise ValueError("raised by the launcher, not by attend_chunk")
+    except ValueError as err:
+        assert attend_chunk_error(fn, err) is None

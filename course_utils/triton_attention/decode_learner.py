@@ -22,6 +22,13 @@ a torch function.
     learner_flash_decode(attend_chunk, merge_splits, q, k_cache, ...)   partials, then the merge
     run_learner_partials(...)                                            what the checks launch
 
+An error raised inside the learner's attend_chunk while the kernel runs reaches the notebook as
+AttendChunkError, one line that names the failing line of attend_chunk, the error and, for the
+mistakes we know (a loop variable used as a tensor, which it is not in the interpreter), the fix;
+the interpreter's own traceback, some sixty lines through Triton's frames, is what it replaces.
+The original error stays its __cause__, so the checks (checks.triton_kernel._raised_failure)
+still report the root cause with their input.
+
 The skeleton is simpler than course_utils/triton_attention/decode.py: one page per K/V tile
 (that kernel gathers several pages into one tile), K and V with one set of strides (contiguous
 caches), no tuning.
@@ -29,11 +36,15 @@ caches), no tuning.
 
 from __future__ import annotations
 
+import re
+import traceback
+
 import torch
 import triton  # course_utils.triton_attention, imported first, has set up the interpreter
 import triton.language as tl
 
 from . import INTERPRETER
+from .bounds import OutOfBoundsError
 from .decode import (
     LOG2E,
     MAX_SPLITS,
@@ -43,6 +54,60 @@ from .decode import (
     pages_per_split,
 )
 from .learner import check_learner_function
+
+_PLAIN_NUMBER = re.compile(
+    r"'(int|float|bool)' object (has no attribute '(\w+)'|is not subscriptable)"
+)
+
+
+class AttendChunkError(RuntimeError):
+    """The learner's attend_chunk raised while the kernel ran; shown in a notebook as one line."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"✗ {self}"]
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception of a chain (the interpreter wraps the learner's error twice)."""
+    seen = set()
+    while id(exc) not in seen and (exc.__cause__ or exc.__context__) is not None:
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return exc
+
+
+def attend_chunk_error(attend_chunk, exc: BaseException) -> AttendChunkError | None:
+    """One line for an error raised inside attend_chunk, or None when it was raised elsewhere.
+
+    The line names the statement of attend_chunk that failed (from the root cause's traceback),
+    the error, and the fix when the error is a plain Python number used as a tensor: in Triton's
+    interpreter the loop variable of `range` is an int (a tensor when compiled for a GPU), so
+    `start.to(...)`, `start.dtype` or `start[None]` fail there.
+    """
+    python_fn = getattr(attend_chunk, "fn", None)
+    code = getattr(python_fn, "__code__", None)
+    root = _root_cause(exc)
+    if code is None or root.__traceback__ is None:
+        return None
+    frames = [
+        f
+        for f in traceback.extract_tb(root.__traceback__)
+        if f.name == code.co_name and f.filename == code.co_filename
+    ]
+    if not frames:  # not raised in the learner's function: the usual traceback
+        return None
+    statement = (frames[-1].line or "").strip()
+    where = f"`{statement}`" if statement else f"line {frames[-1].lineno}"
+    message = f"{code.co_name} raised {type(root).__name__}: {root} at {where}."
+    plain = _PLAIN_NUMBER.search(str(root))
+    if plain:
+        message += (
+            f" A plain Python {plain.group(1)} is used as a tensor: in Triton's interpreter the "
+            "loop variable of `range(...)` is an int (a tensor only when compiled for a GPU), "
+            "so it has no `.to`, `.dtype` or `[...]`. Cast with `tl.cast(start, tl.int64)`, or "
+            "cast what you load: `tl.load(table_ptr + start // PAGE_SIZE).to(tl.int64)`."
+        )
+    return AttendChunkError(message)
 
 
 @triton.jit
@@ -127,6 +192,8 @@ def learner_decode_partials(
     Raises:
         NotWrittenError (a NotImplementedError): attend_chunk is still the exercise's stub
             (nothing launched).
+        AttendChunkError: attend_chunk raised while the kernel ran (one line; the error itself
+            is its __cause__).
     """
     check_learner_function(attend_chunk, "attend_chunk")
     batch, q_heads, kv_heads, d, _, page_size, max_pages = check_decode_inputs(
@@ -159,14 +226,23 @@ def learner_decode_partials(
     out_buf = out_partial if out_partial.is_contiguous() else torch.empty_like(out_partial)
     lse_buf = lse_partial if lse_partial.is_contiguous() else torch.empty_like(lse_partial)
     group = q_heads // kv_heads
-    learner_decode_partials_kernel[(batch * kv_heads, num_splits)](
-        q, k_cache, v_cache, block_table.to(torch.int32).contiguous(),
-        seq_lens.to(torch.int32).contiguous(), out_buf, lse_buf,
-        kv_heads, max_pages, num_splits, pages_per_split(max_pages, num_splits),
-        float(softmax_scale) * LOG2E,
-        ATTEND=attend_chunk, GROUP=group, BLOCK_H=max(MIN_ROWS, triton.next_power_of_2(group)),
-        HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), PAGE_SIZE=page_size,
-    )  # fmt: skip
+    try:
+        learner_decode_partials_kernel[(batch * kv_heads, num_splits)](
+            q, k_cache, v_cache, block_table.to(torch.int32).contiguous(),
+            seq_lens.to(torch.int32).contiguous(), out_buf, lse_buf,
+            kv_heads, max_pages, num_splits, pages_per_split(max_pages, num_splits),
+            float(softmax_scale) * LOG2E,
+            ATTEND=attend_chunk, GROUP=group,
+            BLOCK_H=max(MIN_ROWS, triton.next_power_of_2(group)),
+            HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), PAGE_SIZE=page_size,
+        )  # fmt: skip
+    except (NotImplementedError, OutOfBoundsError):  # each already shows as its own message
+        raise
+    except Exception as err:
+        one_line = attend_chunk_error(attend_chunk, err)
+        if one_line is None:
+            raise
+        raise one_line from err
     if out_buf is not out_partial:
         out_partial.copy_(out_buf)
     if lse_buf is not lse_partial:
