@@ -4,8 +4,9 @@
 
 writes grades_canvas.csv and grades_moodle.csv beside grades.csv, and with moodle, for a Moodle
 download, grades_moodle-worksheet_<assignment>.csv too. One row per student, one
-column per assignment; a student with no submission for an assignment gets an empty cell (both
-LMSs leave an empty cell's grade as it is). With --course-dir the scores are the gradebook's, so
+column per assignment; a student with nothing handed in for an assignment of the class gets 0,
+its feedback saying `missing` (graders/grade.py: the roster is the class). With --course-dir the
+scores are the gradebook's, so
 a manual score set in Formgrader is the one exported.
 
 Canvas (Grades > Import): the columns of Canvas's own gradebook export, which its import reads

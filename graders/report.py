@@ -484,10 +484,13 @@ def _catalogue(per_exercise: dict):
 
 def finalize(results: list[dict], out: Path) -> None:
     """Every submission, whatever its status, ends with one-line problems, a feedback page and a
-    results file (results/<student>/<assignment>.json, rewritten with what was added here)."""
+    results file (results/<student>/<assignment>.json, rewritten with what was added here); a
+    `missing` row (nothing handed in) gets neither."""
     from .worker import result_path
 
     for res in results:
+        if res["status"] == "missing":  # nothing handed in: no page, no result to reuse
+            continue
         autograded = out / res["autograded"] if res.get("autograded") else None
         problems = [one_line(p) for p in res.get("problems", [])]
         res["problems"] = relabel_cells(problems, autograded)

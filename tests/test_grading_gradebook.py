@@ -133,7 +133,8 @@ def test_the_class_got_full_partial_and_zero(graded):
     assert float(g[FULL][A1]) == bank.expected_score(A1, bank.core(A1)[0]) > 0
     partial = next(e for e in bank.core(A1) if e.name == "partial")
     assert 0 < float(g[PARTIAL][A1]) == bank.expected_score(A1, partial) < float(g[FULL][A1])
-    assert float(g[BROKEN][A1]) == 0 and g[BROKEN]["status"] == "invalid-notebook"
+    assert float(g[BROKEN][A1]) == 0
+    assert g[BROKEN]["status"] == "invalid-notebook;missing"  # and nothing handed in for A2
     assert graded["results"][(FULL, A1)]["autograded"] == f"autograded/{FULL}/{A1}.ipynb"
     assert (graded["out"] / "autograded" / PARTIAL / f"{A1}.ipynb").is_file()
 
@@ -150,8 +151,9 @@ def test_nbgrader_export_lists_the_graders_scores(graded):
     checked = 0
     for student, row in graded["grades"].items():
         for a in (A1, A2):
-            if row[a] == "":
-                continue  # no submission
+            if (student, a) not in graded["results"]:  # no submission: 0, named missing
+                assert float(row[a]) == 0 and "missing" in row["status"].split(";")
+                continue
             got = exported[(student, a)]
             assert float(got["score"]) == pytest.approx(float(row[a])), (student, a)
             assert float(got["max_score"]) == pytest.approx(
@@ -276,7 +278,8 @@ def test_moodle_file_has_identifiers_grades_and_feedback(graded):
             if row[a] != "":
                 assert float(by_user[student][a]) == pytest.approx(float(row[a]))
     assert "invalid-notebook" in by_user[BROKEN][f"{A1} (feedback)"]
-    assert by_user[BROKEN][A2] == "" and by_user[BROKEN][f"{A2} (feedback)"] == ""
+    # nothing handed in: 0, and the feedback column says so
+    assert by_user[BROKEN][A2] == "0" and "(missing)" in by_user[BROKEN][f"{A2} (feedback)"]
 
 
 # ------------------------------------------------------------------- an instructor's hand

@@ -349,7 +349,8 @@ def test_the_real_class_report_shows_what_the_grader_found(real_class):
     assert [t for t, _ in doc.tags].count("script") == 1 and MARKUP not in page
     assert MARKUP in text and "José" in text and "张伟" in text
     zhang = page.split('<tr data-student="张伟">')[1].split("</tr>")[0]
-    assert zhang.count('class="score none"') == 1  # no 01 submitted: a dash, no link
+    assert zhang.count('class="score missing"') == 1  # no 01 submitted: missing, no link
+    assert "<a " not in zhang.split('class="score missing"')[1].split("</td>")[0]
     for a, want in _expected_summary(out, results).items():
         row = page.split(f'<tr data-assignment="{a}">')[1].split("</tr>")[0]
         for k, v in want.items():

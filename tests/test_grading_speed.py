@@ -64,7 +64,7 @@ def test_a_run_with_nothing_new_grades_nothing_and_says_so(tmp_path, cache, caps
     assert said[0] == f"grading {n} notebooks of {n} students (0 unchanged) on 1 workers"
     assert said[-1].startswith(f"{n} graded, 0 unchanged")
     assert [r["student"] for r in first.results] == students
-    assert all(r["status"] == "graded" for r in first.results), first.results
+    assert all(r["status"] == "untouched" for r in first.results), first.results
     assert len(builds) == 1
     report = {p.name: p.stat().st_mtime_ns for p in (out / "report.md", out / "grades.csv")}
 
