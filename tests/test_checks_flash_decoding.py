@@ -135,6 +135,55 @@ CHUNK_BUGS = {
 }
 
 
+# The running state in the inputs' dtype (float16 here), with the casts that keep the loop's
+# types: m_i, l_i and acc all in q.dtype, or acc alone, or l_i alone.
+_HALF_ACC = [
+    (
+        "    acc = tl.zeros([q.shape[0], q.shape[1]], dtype=tl.float32)",
+        "    acc = tl.zeros([q.shape[0], q.shape[1]], dtype=q.dtype)",
+    ),
+    (
+        "        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)",
+        "        acc = (acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)).to(q.dtype)",
+    ),
+]
+_HALF_L = [
+    (
+        "    l_i = tl.zeros([q.shape[0]], dtype=tl.float32)",
+        "    l_i = tl.zeros([q.shape[0]], dtype=q.dtype)",
+    ),
+    (
+        "        l_i = l_i * alpha + tl.sum(p, 1)",
+        "        l_i = (l_i * alpha + tl.sum(p, 1)).to(q.dtype)",
+    ),
+    (
+        "    l_safe = tl.where(l_i > 0, l_i, 1.0)",
+        "    l_safe = tl.where(l_i > 0, l_i, 1.0).to(tl.float32)",
+    ),
+]
+_HALF_M = [
+    (
+        '    m_i = tl.full([q.shape[0]], float("-inf"), dtype=tl.float32)',
+        '    m_i = tl.full([q.shape[0]], float("-inf"), dtype=q.dtype)',
+    ),
+    ("        m_i = m_new\n", "        m_i = m_new.to(q.dtype)\n"),
+]
+
+
+def _replaced(source, pairs):
+    for right, wrong in pairs:
+        assert right in source, right
+        source = source.replace(right, wrong)
+    return source
+
+
+HALF_STATES = {
+    "m-l-acc": _replaced(RIGHT, _HALF_M + _HALF_L + _HALF_ACC),
+    "acc": _replaced(RIGHT, _HALF_ACC),
+    "l": _replaced(RIGHT, _HALF_L),
+}
+
+
 def _module(tmp_path, name, source):
     path = tmp_path / f"{name.replace('-', '_')}.py"
     path.write_text(source)
@@ -159,6 +208,23 @@ def test_each_chunk_mistake_is_named(tmp_path, slug):
     with pytest.raises(CheckFailure) as failure:
         run_quietly(F.check_attend_chunk, fn)
     assert slug_of(failure.value) == slug, str(failure.value)
+
+
+@pytest.mark.parametrize("which", sorted(HALF_STATES))
+def test_half_precision_state_is_named(tmp_path, which):
+    fn = _module(tmp_path, f"half_{which}", HALF_STATES[which])
+    with pytest.raises(CheckFailure) as failure:
+        run_quietly(F.check_attend_chunk, fn, seed=None, trials=3)  # as the hidden tests run
+    assert slug_of(failure.value) == "half-precision-state", str(failure.value)
+    assert "16 pages per split of exact scores" in str(failure.value)
+
+
+@pytest.mark.parametrize("on_gpu", [False, True])
+def test_float32_state_case_in_every_run(on_gpu):
+    for seed, trials in ((0, 2), (None, 3)):
+        cases = F._chunk_cases(seed, trials, on_gpu)
+        assert sum(c.exact for c in cases) == 1
+        assert next(c for c in cases if c.exact).dtype == "float16"
 
 
 def test_stub_and_plain_function_are_refused(tmp_path):

@@ -150,6 +150,61 @@ def test_dq_mistakes_are_named(tmp_path, slug, edit):
     assert slug_for(C.check_dq_kernel, variant(tmp_path, edit).bwd_dq_kernel) == slug
 
 
+# dK, dV, dQ accumulated in the inputs' dtype, cast back after each tile to keep the loop's types
+HALF_DK = (
+    (
+        "dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)",
+        "dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=k.dtype)",
+    ),
+    ("dk += tl.dot(ds_t.to(q.dtype), q)", "dk = (dk + tl.dot(ds_t.to(q.dtype), q)).to(k.dtype)"),
+)
+HALF_DV = (
+    (
+        "dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)",
+        "dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=v.dtype)",
+    ),
+    ("dv += tl.dot(p_t.to(do.dtype), do)", "dv = (dv + tl.dot(p_t.to(do.dtype), do)).to(v.dtype)"),
+)
+HALF_DQ = (
+    (
+        "dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)",
+        "dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=q.dtype)",
+    ),
+    ("dq += tl.dot(ds.to(k.dtype), k)", "dq = (dq + tl.dot(ds.to(k.dtype), k)).to(q.dtype)"),
+)
+
+
+@pytest.mark.parametrize("hidden", [False, True], ids=["visible", "hidden"])
+@pytest.mark.parametrize(
+    "kernel, edits",
+    [
+        ("bwd_dkdv_kernel", HALF_DK + HALF_DV),
+        ("bwd_dkdv_kernel", HALF_DK),
+        ("bwd_dkdv_kernel", HALF_DV),
+        ("bwd_dq_kernel", HALF_DQ),
+    ],
+    ids=["dk-dv", "dk", "dv", "dq"],
+)
+def test_half_precision_accumulators_are_named(tmp_path, kernel, edits, hidden):
+    check = {"bwd_dkdv_kernel": C.check_dkdv_kernel, "bwd_dq_kernel": C.check_dq_kernel}[kernel]
+    fn = getattr(variant(tmp_path, *edits), kernel)
+    kwargs = {"seed": None, "trials": 3, "fixed": False} if hidden else {}
+    with pytest.raises(CheckFailure) as info:
+        run_quietly(check, fn, **kwargs)
+    assert slug_of(info.value) == "half-precision-state", str(info.value)
+    assert "float32 state" in str(info.value)
+
+
+@pytest.mark.parametrize("on_gpu", [False, True])
+def test_float32_state_case_in_every_run(on_gpu, monkeypatch):
+    monkeypatch.setattr(C, "_on_gpu", lambda: on_gpu)
+    monkeypatch.setattr(C, "_ampere_or_newer", lambda: True)
+    for seed, trials, fixed in ((0, 1, True), (None, 3, False)):
+        cases = C._kernel_cases(seed, trials, fixed)
+        assert [c.exact for c in cases].count(True) == 1
+        assert C.STATE_CASE in cases and C.STATE_CASE.dtype == "float16"
+
+
 @pytest.mark.parametrize("slug, edit", PREPROCESS, ids=[s for s, _ in PREPROCESS])
 def test_preprocess_mistakes_are_named(tmp_path, slug, edit):
     kernel = variant(tmp_path, edit).bwd_preprocess_kernel

@@ -253,6 +253,20 @@ def test_matmul_mistakes(kernel, slug):
 NONE, EXP, NO_L_RESCALE, NO_DIVIDE, NO_CAST, UNMASKED = (tl.constexpr(i) for i in range(6))
 LSE2, KEY_OFF_BY_ONE, BLOCK_SHORT, ONE_TOO_MANY = (tl.constexpr(i) for i in range(6, 10))
 LOG2E_TWICE, CAUSAL_LT = tl.constexpr(10), tl.constexpr(11)
+# the running state in the inputs' dtype: m_i, l_i and acc; acc alone; l_i alone
+HALF_STATE, HALF_ACC, HALF_L = (tl.constexpr(i) for i in range(12, 15))
+
+
+@triton.jit
+def _state_dtypes(acc, m_i, l_i, q, BUG: tl.constexpr):
+    """The state as the learner keeps it: float32, or (a slip) in q's dtype."""
+    if BUG == HALF_STATE or BUG == HALF_ACC:
+        acc = acc.to(q.dtype)
+    if BUG == HALF_STATE or BUG == HALF_L:
+        l_i = l_i.to(q.dtype)
+    if BUG == HALF_STATE:
+        m_i = m_i.to(q.dtype)
+    return acc, m_i, l_i
 
 
 @triton.jit
@@ -276,7 +290,7 @@ def _update(acc, m_i, l_i, q, k, v, s_mask, qk_scale, BUG: tl.constexpr):
         acc = acc * alpha[:, None] + tl.dot(p, v)
     else:
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
-    return acc, m_new, l_i
+    return _state_dtypes(acc, m_new, l_i, q, BUG)
 
 
 @triton.jit
@@ -289,6 +303,7 @@ def row_block_buggy(q_ptr, k_ptr, v_ptr, out_ptr, seqlen_k, stride_q, stride_k, 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    acc, m_i, l_i = _state_dtypes(acc, m_i, l_i, q, BUG)
     for start_n in range(0, seqlen_k, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         if BUG == UNMASKED:
@@ -303,7 +318,7 @@ def row_block_buggy(q_ptr, k_ptr, v_ptr, out_ptr, seqlen_k, stride_q, stride_k, 
     if BUG == NO_DIVIDE:
         out = acc
     else:
-        out = acc / l_i[:, None]
+        out = acc.to(tl.float32) / l_i.to(tl.float32)[:, None]
     tl.store(out_ptr + offs_m[:, None] * stride_o + offs_d[None, :], out)
 
 
@@ -334,6 +349,9 @@ def test_row_block_right():
         (NO_DIVIDE, "no-final-divide"),
         (UNMASKED, "ragged-tile"),
         (NO_CAST, "dot-dtype-mismatch"),
+        (HALF_STATE, "half-precision-state"),
+        (HALF_ACC, "half-precision-state"),
+        (HALF_L, "half-precision-state"),
     ],
 )
 def test_row_block_mistakes(bug, slug):
@@ -362,6 +380,7 @@ def fwd_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc, m_i, l_i = _state_dtypes(acc, m_i, l_i, q, BUG)
     hi = seqlen_k
     if CAUSAL:
         hi = tl.minimum((pid_m + 1) * BLOCK_M, seqlen_k)
@@ -388,6 +407,7 @@ def fwd_kernel(
             else:
                 s_mask = s_mask & (offs_n[None, :] <= offs_m[:, None])
         acc, m_i, l_i = _update(acc, m_i, l_i, q, k, v, s_mask, qk_scale, BUG)
+    acc, m_i, l_i = acc.to(tl.float32), m_i.to(tl.float32), l_i.to(tl.float32)
     if GUARD:
         l_i = tl.where(l_i > 0, l_i, 1.0)
     out = acc / l_i[:, None]
@@ -462,6 +482,9 @@ def test_attention_fwd_right(fn):
         (make_fwd(ONE_TOO_MANY), "loads-above-diagonal"),
         (make_fwd(NO_CAST), "dot-dtype-mismatch"),
         (make_fwd(empty_check=False), "empty-keys"),
+        (make_fwd(HALF_STATE), "half-precision-state"),
+        (make_fwd(HALF_ACC, block_m=32, block_n=64), "half-precision-state"),
+        (make_fwd(HALF_L, block_m=32, block_n=64), "half-precision-state"),
     ],
     ids=lambda x: x if isinstance(x, str) else "",
 )
@@ -472,7 +495,7 @@ def test_attention_fwd_mistakes(fn, slug):
 
 def test_attention_fwd_names_the_stage():
     text = str(failure_of(TP.check_attention_fwd, make_fwd(CAUSAL_LT)))
-    assert "stage 5 of 9 (causal) fails" in text
+    assert "stage 5 of 10 (causal) fails" in text
     assert "stage 4 (N_q != N_k) passes" in text
 
 
@@ -490,3 +513,15 @@ def test_stub_raises_not_implemented():
 
     with pytest.raises(NotImplementedError):
         TP.check_scale_tile(scale_tile_kernel)
+
+
+@pytest.mark.parametrize("on_gpu", [False, True])
+def test_float32_state_case_in_every_run(on_gpu, monkeypatch):
+    """The hidden tests (seed=None, more trials) and the GPU run keep the float32 state's case."""
+    monkeypatch.setattr(TP, "_ampere_or_newer", lambda: True)
+    for seed, trials in ((0, 1), (None, 3)):
+        forward = TP._forward_cases(seed, trials, on_gpu)
+        assert [c.stage for c in forward].count("float32 state") == 1
+        assert forward[-1].exact and forward[-1].dtype == "float16"
+        rows = TP._row_block_cases(seed, trials)
+        assert rows[-1].params.get("exact") and rows[-1].stage == "float32 state"

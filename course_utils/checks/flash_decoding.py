@@ -48,7 +48,12 @@ from ._core import (
     mismatch_lines,
 )
 from ._core import hinted_answer as _hinted
-from .triton_kernel import _nothing_on_stderr, _raised_failure
+from .triton_kernel import (
+    HALF_STATE_EXPLANATION,
+    HALF_STATE_TITLE,
+    _nothing_on_stderr,
+    _raised_failure,
+)
 
 __all__ = [
     "CHUNK_LSE_MISTAKES",
@@ -84,6 +89,12 @@ class DecodeCase:
     dtype: str = "float32"
     seed: int = 0
     q_scale: float = 1.0  # q is drawn N(0, q_scale^2): 100 gives scores of several hundred
+    exact: bool = False  # the float32 state's inputs: integer scores in base 2 (decode_inputs)
+
+    @property
+    def softmax_scale(self) -> float:
+        """1/sqrt(d), or ln 2 for the exact case (qk_scale = 1: the scores stay integers)."""
+        return LN2 if self.exact else 1.0 / math.sqrt(self.d)
 
     @property
     def batch(self) -> int:
@@ -102,6 +113,11 @@ class DecodeCase:
             f"q ({self.batch}, {self.q_heads}, {self.d}), {self.kv_heads} KV heads, page_size "
             f"{self.page_size}, seq_lens {list(self.lens)}, num_splits {self.num_splits} "
             f"({self.pages_per_split} page(s) per split), {self.dtype}"
+        ) + (
+            ", q and k of -1, 0 and 1, v in steps of 1/8, softmax_scale ln 2: integer scores "
+            "in base 2"
+            if self.exact
+            else ""
         )
 
     def focus(self) -> str:
@@ -127,6 +143,8 @@ class DecodeCase:
             parts.append(
                 f"grouped-query attention ({self.q_heads // self.kv_heads} rows per group)"
             )
+        if self.exact:
+            return "the running max m_i, sum l_i and accumulator acc kept in float32"
         if self.dtype != "float32":
             parts.append(f"{self.dtype} inputs: tl.dot(p.to(v.dtype), v), the state in float32")
         return "; ".join(parts) or "the online softmax over the chunk's pages, and the lse"
@@ -169,6 +187,9 @@ def decode_inputs(case: DecodeCase):
             k[last, tail:] = 3.0 * rng.standard_normal((page - tail, case.kv_heads, case.d))
             v[last, tail:] = 5.0 + rng.standard_normal((page - tail, case.kv_heads, case.d))
     q = case.q_scale * rng.standard_normal((case.batch, case.q_heads, case.d))
+    if case.exact:  # every p = 2^(s - m) a float16 and every sum exact in float32
+        q, k = (np.rint(np.clip(x, -1.0, 1.0)) for x in (q, k))
+        v = np.rint(8.0 * v) / 8.0
     dtype = getattr(torch, case.dtype)
     tensors = (
         torch.from_numpy(q).to(dtype),
@@ -238,6 +259,7 @@ def emulate_partials(
     shift: bool = True,
     lse_form: str = "e",
     empty: str = "guarded",
+    state: str = "float32",
 ):
     """The skeleton with the learner's chunk loop, page by page, in NumPy, with one bug or none.
 
@@ -249,6 +271,7 @@ def emulate_partials(
     still the running max, for lse_form.
     lse_form: "e" ((m + log2 l) ln 2), "2" (m + log2 l), "no-max" (log2(l) ln 2).
     empty: "guarded" (out 0, lse -inf) or "nan" (out = acc / l, 0 / 0 for an empty chunk).
+    state: "float16" (m_i, l_i and acc rounded to float16 after every page).
 
     Returns:
         out_partial (batch, q_heads, num_splits, d), lse_partial (batch, q_heads, num_splits).
@@ -301,6 +324,8 @@ def emulate_partials(
                     l = l * alpha + pm.sum(axis=1)
                     acc = acc * alpha[:, None] + pm @ vv
                     m = m_new
+                    if state == "float16":
+                        m, l, acc = (x.astype(np.float16).astype(np.float64) for x in (m, l, acc))
                 if empty == "nan" or l.all():
                     o = acc / l[:, None]
                 else:
@@ -445,6 +470,9 @@ CHUNK_OUT_MISTAKES = [
         "lse = -inf there: divide by tl.where(l_i > 0, l_i, 1.0).",
         empty="nan",
     ),
+    _chunk_mistake(
+        "half-precision-state", HALF_STATE_TITLE, HALF_STATE_EXPLANATION, state="float16"
+    ),
 ]
 
 CHUNK_LSE_MISTAKES = [
@@ -456,6 +484,18 @@ CHUNK_LSE_MISTAKES = [
         lse_form="no-max",
     ),
 ]
+
+
+# The float32 state's case: 256 tokens, 16 pages per split, float16 q and k of -1, 0 and 1, v in
+# steps of 1/8 and qk_scale = 1: the scores are integers, every p = 2^(s - m) is a float16 and
+# every sum exact in float32, so out_partial and lse_partial (float32) are exact up to the final
+# division and log with float32 state, while a float16 m_i, l_i or acc rounds at every page.
+STATE_CHUNK_CASE = DecodeCase(
+    "float16, 16 pages per split of exact scores: only the final division rounds", 2, 1, 16, 16,
+    (256,), 1, "float16", seed=9, exact=True,
+)  # fmt: skip
+STATE_TOLS = (1e-5, 1e-6)  # out_partial, lse_partial: measured 7e-8 and below with float32 state;
+# with a float16 m_i, l_i or acc, out_partial is off by 1.8e-4 or more, lse_partial (l_i) by 3e-5
 
 
 def _chunk_cases(seed, trials, on_gpu: bool) -> list[DecodeCase]:
@@ -481,6 +521,7 @@ def _chunk_cases(seed, trials, on_gpu: bool) -> list[DecodeCase]:
             DecodeCase("bfloat16, d = 128, GQA 32/8, 1000 and 777 tokens", 32, 8, 128, 16,
                        (1000, 777), 5, "bfloat16", seed=8),
         ]  # fmt: skip
+    cases.append(dataclasses.replace(STATE_CHUNK_CASE, d=small))
     rng = np.random.default_rng(seed)
     for t in range(trials):
         kv_heads = int(rng.integers(1, 3))
@@ -524,7 +565,9 @@ def check_attend_chunk(attend_chunk: Callable, seed: int | None = 0, trials: int
     Each case's out_partial and lse_partial (NaN-filled before the launch) are compared with
     float64 attention over each chunk's tokens: relative error below 1e-5 in float32 and 3e-3 in
     float16 in the interpreter, 2e-2 in half precision on a GPU; -inf exactly where a chunk is
-    empty.
+    empty. The float32 state's case (STATE_CHUNK_CASE, on the interpreter and on the GPU) is
+    exact in float32 up to the final division: to 1e-5 (out) and 1e-6 (lse), it refuses a
+    running max, sum or accumulator kept in float16.
 
     Raises:
         NotImplementedError: attend_chunk is still the exercise's stub.
@@ -556,7 +599,7 @@ def _check_attend_chunk(name, attend_chunk, seed, trials) -> tuple[int, bool]:
     cases = _chunk_cases(seed, trials, on_gpu)
     for case in cases:
         tensors, (q64, k64, v64, table, lens) = decode_inputs(case)
-        scale = 1.0 / math.sqrt(case.d)
+        scale = case.softmax_scale
         try:
             result = call_learner(
                 runner, *tensors, scale, case.num_splits, name=name,
@@ -579,6 +622,8 @@ def _check_attend_chunk(name, attend_chunk, seed, trials) -> tuple[int, bool]:
             (0, "out_partial", CHUNK_OUT_MISTAKES),
             (1, "lse_partial", CHUNK_LSE_MISTAKES + CHUNK_OUT_MISTAKES),
         ):
+            if case.exact:
+                tol = STATE_TOLS[which]
             err = _error(yours[which], expected[which])
             if err < tol:
                 continue

@@ -254,6 +254,7 @@ def emulate_kernel(
     causal_hi: str = "diagonal",
     pad_value: float = 0.0,
     empty: str = "nan",
+    state: str = "float32",
 ) -> tuple[np.ndarray, np.ndarray]:
     """The learner's kernel in float64 NumPy, tile by tile as the skeleton runs it, with bugs.
 
@@ -272,7 +273,8 @@ def emulate_kernel(
     "tile-short" (one BLOCK_N tile before the diagonal block's end); pad_value (what the kernel
     loads past the last key when ragged_mask is False: 0 for masked loads with other=0);
     empty "zero" (a row that saw no key gets out = 0 and lse = -inf, as a guarded kernel gives;
-    "nan" is 0 / 0).
+    "nan" is 0 / 0); state "float16" (the running max, sum and accumulator kept in the inputs'
+    half precision: each rounded to float16 after every tile).
 
     Args:
         q: (B, H, Nq, d) float64.  k, v: (B, H, Nk, d).  causal, softmax_scale: the launch's.
@@ -334,6 +336,8 @@ def emulate_kernel(
                     l = alpha * l + p.sum(axis=-1)
                     acc = acc + (p / p.sum(axis=-1, keepdims=True)) @ v_j
                 m = m_new
+                if state == "float16":
+                    m, l, acc = (x.astype(np.float16).astype(np.float64) for x in (m, l, acc))
                 tiles += 1
             if combine == "online":
                 o = acc / l[..., None] if divide else acc
@@ -361,6 +365,15 @@ def _reference_attention(q, k, v, causal, softmax_scale):
     p = np.exp(s - m)
     l = p.sum(axis=-1, keepdims=True)
     return (p / l) @ v, (m + np.log(l))[..., 0]
+
+
+HALF_STATE_TITLE = "the running max, sum or accumulator is kept in float16 (the inputs' dtype)"
+HALF_STATE_EXPLANATION = (
+    "m_i, l_i and acc must be float32 whatever the inputs' dtype: tl.full(..., dtype=tl.float32) "
+    "and tl.zeros(..., dtype=tl.float32). In float16 each tile's update rounds them to 11 bits, "
+    "and over a long row of keys those roundings add up; only the tiles loaded (q, k, v, and p "
+    "for tl.dot) are in the inputs' dtype, and out is cast once, at the store."
+)
 
 
 def _kernel_mistake(slug, title, explanation, **bug):

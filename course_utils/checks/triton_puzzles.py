@@ -45,8 +45,11 @@ from ._core import (
     worst_row,
 )
 from .triton_kernel import (
+    HALF_STATE_EXPLANATION,
+    HALF_STATE_TITLE,
     KERNEL_LSE_MISTAKES,
     KERNEL_OUT_MISTAKES,
+    LN2,
     LOG2E,
     _ampere_or_newer,
     _nothing_on_stderr,
@@ -706,17 +709,28 @@ def check_matmul(kernel, seed: int | None = 0, trials: int = 1) -> None:
 
 
 # ---- puzzle 4: one query tile's online softmax ------------------------------------------------
+def _row_block_softmax_scale(p) -> float:
+    """The softmax scale of a case: 1/sqrt(d), or ln 2 for the exact case (qk_scale = 1)."""
+    return LN2 if p.get("exact") else 1 / math.sqrt(p["HEAD_DIM"])
+
+
 def _row_block_inputs(case, torch, device):
     p = case.params
     gen = torch.Generator().manual_seed(p["seed"])
-    q = 2.0 * torch.randn(p["BLOCK_M"], p["HEAD_DIM"], generator=gen)
-    k = torch.randn(p["seqlen_k"], p["HEAD_DIM"], generator=gen)
-    v = torch.randn(p["seqlen_k"], p["HEAD_DIM"], generator=gen)
+    shape_k = (p["seqlen_k"], p["HEAD_DIM"])
+    if p.get("exact"):  # integer scores, qk_scale = 1: p = 2^(s - m) and every sum exact in float32
+        q = torch.randint(-1, 2, (p["BLOCK_M"], p["HEAD_DIM"]), generator=gen).float()
+        k = torch.randint(-1, 2, shape_k, generator=gen).float()
+        v = torch.randint(-16, 17, shape_k, generator=gen) / 8.0
+    else:
+        q = 2.0 * torch.randn(p["BLOCK_M"], p["HEAD_DIM"], generator=gen)
+        k = torch.randn(shape_k, generator=gen)
+        v = torch.randn(shape_k, generator=gen)
     if p.get("late_max"):
         k[-p["BLOCK_N"] :] *= 2.5
     dtype = getattr(torch, p["dtype"])
     q, k, v = (t.to(dtype) for t in (q, k, v))
-    qk_scale = LOG2E / math.sqrt(p["HEAD_DIM"])
+    qk_scale = _row_block_softmax_scale(p) * LOG2E
     args = (q.to(device), k.to(device), v.to(device), PAD, qk_scale, p["BLOCK_N"])
     return args, tuple(t.double().numpy() for t in (q, k, v))
 
@@ -725,7 +739,7 @@ def _row_block_variant(case, qkv, **bug):
     q, k, v = qkv
     p = case.params
     out, _ = emulate_kernel(
-        q[None, None], k[None, None], v[None, None], False, 1 / math.sqrt(p["HEAD_DIM"]),
+        q[None, None], k[None, None], v[None, None], False, _row_block_softmax_scale(p),
         p["BLOCK_M"], p["BLOCK_N"], **bug,
     )  # fmt: skip
     return out[0, 0]
@@ -733,9 +747,8 @@ def _row_block_variant(case, qkv, **bug):
 
 def _row_block_reference(case, qkv):
     q, k, v = qkv
-    out, _ = _reference_attention(
-        q[None, None], k[None, None], v[None, None], False, 1 / math.sqrt(case.params["HEAD_DIM"])
-    )
+    scale = _row_block_softmax_scale(case.params)
+    out, _ = _reference_attention(q[None, None], k[None, None], v[None, None], False, scale)
     return out[0, 0]
 
 
@@ -755,6 +768,14 @@ def _row_block_mistakes():
             functools.partial(_row_block_variant, ragged_mask=False, pad_value=PAD),
         )
     )
+    found.append(
+        Mistake(
+            "half-precision-state",
+            HALF_STATE_TITLE,
+            HALF_STATE_EXPLANATION,
+            functools.partial(_row_block_variant, state="float16"),
+        )
+    )
     return found
 
 
@@ -762,9 +783,11 @@ ROW_BLOCK_MISTAKES = _row_block_mistakes()
 
 
 def _row_block_cases(seed, trials):
-    def case(label, stage, bm, bn, d, n_k, dtype, s, focus, late_max=False):
+    def case(label, stage, bm, bn, d, n_k, dtype, s, focus, late_max=False, exact=False):
         params = dict(BLOCK_M=bm, BLOCK_N=bn, HEAD_DIM=d, seqlen_k=n_k, dtype=dtype, seed=s,
                       late_max=late_max)  # fmt: skip
+        if exact:
+            params["exact"] = True
         return PuzzleCase(label, stage, params, focus)
 
     cases = [
@@ -784,10 +807,25 @@ def _row_block_cases(seed, trials):
             case(f"random case {t + 1}", "float16", 16, 16, 16, int(rng.integers(1, 80)),
                  "float16", int(rng.integers(2**31)), "the online softmax over ragged keys")
         )  # fmt: skip
+    cases.append(case(*ROW_BLOCK_STATE_CASE, exact=True))
     return cases
 
 
+# The float32 state's case: float16 q and k of -1, 0 and 1, v in steps of 1/8 and qk_scale = 1, so
+# every score is an integer, every p = 2^(s - m) a float16 and every tile's sum exact in float32:
+# a kernel with float32 m_i, l_i and acc is exact up to the final division (error near 1e-7),
+# one that keeps them in float16 rounds them at every one of the 32 tiles (1e-4 to 1e-3).
+ROW_BLOCK_STATE_CASE = (
+    "float16 inputs, 32 K/V tiles of exact scores: only the final division rounds",
+    "float32 state", 16, 16, 16, 512, "float16", 5,
+    "m_i, l_i and acc in float32 whatever the inputs' dtype",
+)  # fmt: skip
+ROW_BLOCK_STATE_TOL = 1e-5
+
+
 def _row_block_tolerance(case, on_gpu):
+    if case.params.get("exact"):
+        return ROW_BLOCK_STATE_TOL, 5e-2
     if case.params["dtype"] == "float16" or on_gpu:
         return 1e-2 if on_gpu else 3e-3, 5e-2
     return 1e-5, 1e-3
@@ -801,14 +839,16 @@ ROW_BLOCK = Puzzle(
     mistakes=ROW_BLOCK_MISTAKES,
     tolerance=_row_block_tolerance,
     where="out[{}, {}]",
-    summary="one and several K/V tiles, a late max, ragged keys, float16",
+    summary="one and several K/V tiles, a late max, ragged keys, float16, float32 state",
 )
 
 
 def check_row_block(kernel, seed: int | None = 0, trials: int = 1) -> None:
     """Check puzzle 4: row_block_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seqlen_k,
     stride_q, stride_k, stride_v, stride_o, qk_scale, BLOCK_M, BLOCK_N, HEAD_DIM) writes
-    out = softmax(q k^T / sqrt(d)) v for one (BLOCK_M, HEAD_DIM) query tile, float32."""
+    out = softmax(q k^T / sqrt(d)) v for one (BLOCK_M, HEAD_DIM) query tile, float32. Its last
+    case (ROW_BLOCK_STATE_CASE) is exact in float32 up to the final division: to 1e-5, it refuses
+    a running max, sum or accumulator kept in float16."""
     from ..triton_attention.puzzles import run_row_block
 
     puzzle = dataclasses.replace(ROW_BLOCK, run=run_row_block)
@@ -836,6 +876,7 @@ class ForwardCase:
     poison_from: int | None = None  # keys >= this are NaN; only rows < this are compared
     late_max: bool = False
     negative: bool = False  # every score q.k near -3: a key of score 0 would outweigh any real key
+    exact: bool = False  # the float32 state's inputs (_exact_state_inputs)
 
     @property
     def scale(self) -> float:
@@ -852,6 +893,11 @@ class ForwardCase:
             text += ", stored as (B, N, H, d) and seen as (B, H, N, d): rows H * d apart"
         if self.poison_from is not None:
             text += f", keys and values from row {self.poison_from} on are NaN"
+        if self.exact:
+            text += (
+                ", q and k of -1, 0 and 1 (the first half of the queries 0), v from 512 to 2112 "
+                "in steps of 64: integer scores in base 2"
+            )
         if self.negative:
             text += (
                 ", every score below zero, near -3 (a key past the end, scored 0, would weigh "
@@ -870,7 +916,20 @@ _STAGE_FOCUS = {
     "head dims": "d padded to BLOCK_D, a power of two: columns offs_d < d masked",
     "dtypes": "float16/bfloat16 inputs: tl.dot(p.to(v.dtype), v), out in q's dtype, lse float32",
     "no keys": "N_k = 0: out = 0 and lse = -inf, without a launch that divides 0 by 0",
+    "float32 state": "m_i, l_i and acc in float32 whatever the inputs' dtype",
 }
+
+# The float32 state's case, on the interpreter and on the GPU: float16 inputs whose scores are
+# integers in base 2 (q and k of -1, 0 and 1, softmax_scale = ln 2, so qk_scale = 1), so every p
+# is a power of two and every sum exact in float32. The queries that are 0 weigh all 512 keys
+# alike: acc sums 512 values of v near 1300, past float16's 65504 (a float16 acc overflows to
+# inf). lse, float32, is right to 3e-8 with float32 state (measured: the solution's, and three
+# other styles of tiles and loops) and off by 3e-5 to 9e-5 with a float16 l_i (tiles of 16 to
+# 64 keys): the tolerance 1e-6 leaves both 25 times away. out, stored in float16, cannot tell
+# (2.2e-4 right, 3e-4 to 7e-4 with a float16 l_i).
+STATE_CASE = dict(batch=1, heads=1, n_q=32, n_k=512, d=16, causal=False, dtype="float16",
+                  seed=17, softmax_scale=LN2, exact=True)  # fmt: skip
+STATE_LSE_TOL = 1e-6
 
 
 def _forward_cases(seed, trials, on_gpu: bool) -> list[ForwardCase]:
@@ -939,6 +998,8 @@ def _forward_cases(seed, trials, on_gpu: bool) -> list[ForwardCase]:
             C(f"random case {t + 1}", stage_of[causal], batch, heads, n_q, n_k, d, causal, dtype,
               int(rng.integers(2**31)))
         )  # fmt: skip
+    cases.append(C("float16, N_k = 512: sums past 65504, lse to 1e-6", "float32 state",
+                   **STATE_CASE))  # fmt: skip
     if on_gpu and not _ampere_or_newer():  # a T4 (sm_75) has no bfloat16 tl.dot: float16
         cases = [dataclasses.replace(c, dtype="float16") if c.dtype == "bfloat16" else c
                  for c in cases]  # fmt: skip
@@ -954,6 +1015,11 @@ def _forward_inputs(case: ForwardCase, torch, device):
     q = 2.0 * torch.randn(shape_q, generator=gen)  # spread scores: the max moves between tiles
     k = torch.randn(shape_k, generator=gen)
     v = torch.randn(shape_k, generator=gen)
+    if case.exact:  # see STATE_CASE
+        q = torch.randint(-1, 2, shape_q, generator=gen).float()
+        q[:, :, : case.n_q // 2] = 0.0
+        k = torch.randint(-1, 2, shape_k, generator=gen).float()
+        v = 64.0 * torch.randint(8, 34, shape_k, generator=gen).float()
     if case.late_max and case.n_k > 16:
         k[:, :, -16:] *= 2.5
     if case.negative:  # q.k = -sum |q_i| |k_i| < 0 for every pair, scaled to a mean of -3:
@@ -1043,11 +1109,14 @@ def _forward_mistakes() -> list[Mistake]:
             ),
         )
     ]
-    return [*KERNEL_OUT_MISTAKES, *own, *twice, *scale_default]
+    return [*KERNEL_OUT_MISTAKES, *own, *twice, *scale_default, HALF_STATE]
 
 
+HALF_STATE = _fwd_mistake(
+    "half-precision-state", HALF_STATE_TITLE, HALF_STATE_EXPLANATION, state="float16"
+)
 FORWARD_MISTAKES = _forward_mistakes()
-FORWARD_LSE_MISTAKES = list(KERNEL_LSE_MISTAKES)
+FORWARD_LSE_MISTAKES = [*KERNEL_LSE_MISTAKES, HALF_STATE]
 EMPTY_KEYS = Mistake(
     "empty-keys",
     "N_k = 0 gives NaN: the kernel divides 0 by 0",
@@ -1113,7 +1182,9 @@ def check_attention_fwd(attention_fwd: Callable, seed: int | None = 0, trials: i
 
     out: (batch, heads, N_q, d) in q's dtype; lse: (batch, heads, N_q) float32, natural log.
     Causal: query i sees keys 0..i (N_q == N_k). Tolerances, relative in norm: 1e-5 in float32
-    and 3e-3 in float16/bfloat16 in the interpreter; 1e-2 on a GPU (tf32 or half precision).
+    and 3e-3 in float16/bfloat16 in the interpreter; 1e-2 on a GPU (tf32 or half precision);
+    and lse to 1e-6 on the float32 state's case (STATE_CASE), whose float16 sums are exact in
+    float32, so that a running max, sum or accumulator kept in float16 fails.
 
     Raises:
         NotImplementedError: attention_fwd is still the exercise's stub.
@@ -1128,7 +1199,7 @@ def check_attention_fwd(attention_fwd: Callable, seed: int | None = 0, trials: i
     print(
         f"✓ {name}: {launches} calls match float64 attention ({where}; stages: ragged N, a "
         "strided layout, N_q != N_k, causal, no loads above the diagonal, d = 16 to 128, dtypes, "
-        "no keys)"
+        "no keys, float32 state)"
     )
 
 
@@ -1164,6 +1235,7 @@ def _check_attention_fwd(name, attention_fwd, seed, trials) -> tuple[int, bool]:
             tol = 1e-2
         else:
             tol = 1e-5 if case.dtype == "float32" else 3e-3
+        tols = (tol, STATE_LSE_TOL if case.exact else tol)
         match_tol = 1e-3 if case.dtype == "float32" and not on_gpu else 5e-2
         args = (q64, k64, v64, case.causal, case.scale)
         for which, what, mistakes in (
@@ -1171,7 +1243,7 @@ def _check_attention_fwd(name, attention_fwd, seed, trials) -> tuple[int, bool]:
             (1, "lse", FORWARD_LSE_MISTAKES),
         ):
             y, e = yours[which][:, :, rows], expected[which][:, :, rows]
-            err = _error(y, e)
+            err, tol = _error(y, e), tols[which]
             if err <= tol:
                 continue
             mistake = None
