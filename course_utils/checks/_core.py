@@ -36,8 +36,11 @@ import functools
 import inspect
 import io
 import math
+import os
 import re
+import site
 import sys
+import sysconfig
 import tracemalloc
 import warnings
 from collections.abc import Callable, Sequence
@@ -647,45 +650,104 @@ def _conversions_keep_tracing():
 # ---------------------------------------------------------------------------------------------
 
 # Modules of course_utils a learner's function may run without calling a reference: this file
-# (the instrumentation itself) and input validation.
+# (the instrumentation itself), input validation, and the interpreter's bounds guard (it wraps
+# Triton's own load and store, so its frames run below the learner's kernel).
 _INFRASTRUCTURE = (
     "course_utils.checks._core",
     "course_utils.checks._remote",
     "course_utils.checks._wire",
     "course_utils._validate",
+    "course_utils.triton_attention.bounds",
+)
+
+# Where the libraries live: frames of these files are neither the course's nor the learner's.
+_LIBRARY_DIRS = tuple(
+    sorted(
+        {
+            os.path.realpath(p) + os.sep
+            for p in [
+                *(sysconfig.get_paths().get(k) for k in ("stdlib", "purelib", "platlib")),
+                *(site.getsitepackages() if hasattr(site, "getsitepackages") else []),
+                *(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))),
+            ]
+            if p
+        }
+    )
 )
 
 
+def _frame_kind(frame, _cache: dict = {}) -> str:  # noqa: B006 (a cache)
+    """'course', 'infrastructure', 'library' or 'learner': who wrote the code a frame runs.
+
+    Course code that hooks a library's internals (a counter wrapped around the interpreter's
+    tl.dot) is infrastructure: its module names the hooks in `INSTRUMENTS`.
+    """
+    code = frame.f_code
+    kind = _cache.get(code)
+    if kind is None:
+        module = frame.f_globals.get("__name__", "") or ""
+        filename = code.co_filename
+        if module.split(".")[0] == "course_utils":
+            instruments = frame.f_globals.get("INSTRUMENTS", ())
+            infrastructure = module.startswith(_INFRASTRUCTURE) or code.co_name in instruments
+            kind = "infrastructure" if infrastructure else "course"
+        elif filename.startswith("<frozen") or (
+            os.path.isabs(filename) and os.path.realpath(filename).startswith(_LIBRARY_DIRS)
+        ):
+            kind = "library"
+        else:
+            kind = "learner"
+        _cache[code] = kind
+    return kind
+
+
+def _caller_kind(frame, top) -> str:
+    """'course' or 'learner': who called the code of frame, library and infrastructure frames
+    skipped (Triton's interpreter, torch's autograd, the interpreter's bounds guard).
+
+    top: the frame that called the learner's function. Reaching it means the answer itself is
+    course code (passed as the answer, or wrapped in a functools.partial): 'learner'.
+    """
+    caller = frame.f_back
+    while caller is not None:
+        if caller is top:
+            return "learner"
+        kind = _frame_kind(caller)
+        if kind in ("course", "learner"):
+            return kind
+        caller = caller.f_back
+    return "course"
+
+
 class _ReferenceCallWatch:
-    """A profile hook that notes whether any course_utils function runs during the learner's call.
+    """A profile hook that notes whether the learner's code calls a course_utils function.
 
     Every function shipped in course_utils counts (references, figures' helpers such as tile_kinds
-    and sm_fill_state, the checks' own helpers) except the instrumentation itself. Functions named
-    in `allow` may be called (an earlier notebook's answer, the methods of an exercise's API);
-    whatever they call in turn is not counted.
+    and sm_fill_state, the checks' own helpers) except the instrumentation itself, when the code
+    that calls it (library frames skipped: Triton's interpreter, torch's autograd, functools) is
+    the learner's. Functions named in `allow` may be called (an earlier notebook's answer, the
+    methods of an exercise's API, the check's runner). Course code calls its own helpers freely,
+    but learner code that course code runs (a kernel launched by the runner, a ring rank, a
+    block given an attention backend) is watched again: an answer cannot hide a reference call
+    inside an allowed runner.
     """
 
     def __init__(self, allow: tuple[str, ...] = (), off: bool = False):
         self.called: str | None = None
         self.allow = set(allow)
         self.off = off
-        self._inside_allowed = None  # the frame of an allowed function being run
+        self.top = None  # the frame that calls the learner's function
 
     def __call__(self, frame, event, arg):
-        if self.off:
+        if event != "call" or self.off or self.called is not None:
             return
-        if self._inside_allowed is not None:
-            if event == "return" and frame is self._inside_allowed:
-                self._inside_allowed = None
+        name = frame.f_code.co_name
+        if _frame_kind(frame) != "course" or name in self.allow:
             return
-        if event == "call" and self.called is None:
-            module = frame.f_globals.get("__name__", "") or ""
-            if module.split(".")[0] != "course_utils" or module.startswith(_INFRASTRUCTURE):
-                return
-            if frame.f_code.co_name in self.allow:
-                self._inside_allowed = frame
-            else:
-                self.called = f"{module}.{frame.f_code.co_name}"
+        if name == "<module>":  # importing a course module is not calling it
+            return
+        if _caller_kind(frame, self.top) == "learner":
+            self.called = f"{frame.f_globals.get('__name__')}.{name}"
 
 
 @dataclass
@@ -884,6 +946,7 @@ def instrumented_call(
                     tracemalloc.start()
                 tracemalloc.reset_peak()
                 base = tracemalloc.get_traced_memory()[0]
+            watch.top = sys._getframe()
             sys.setprofile(watch)
             try:
                 result = fn(*call_args, **call_kwargs)
