@@ -558,7 +558,10 @@ def _run_learner(fn: Callable, case: Case, *, strict: bool = True):
         runner = fn.bound_into("course_utils.memory:record_loop")
         try:
             ops, error = instrumented_call(
-                runner, (N, d, Br, Bc, M, strict), name=NAME, allow=("record_loop",)
+                runner,
+                (N, d, Br, Bc, M, strict),
+                name=NAME,
+                allow=("record_loop", *_MEMORY_METHODS),
             ).result
         except _LearnerRaised as err:
             return [], err.exc
