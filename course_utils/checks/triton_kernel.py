@@ -54,6 +54,7 @@ from ._core import (
     run_cases,
 )
 from ._core import hinted_answer as _hinted
+from .interpreter_limits import interpreter_limit
 
 __all__ = [
     "KERNEL_LSE_MISTAKES",
@@ -707,6 +708,11 @@ def _raised_failure(name, case, exc) -> CheckFailure:
     short = "\n    ".join(lines[-14:])
     everything = " ".join(str(e) for e in chain)
     hint = ""
+    limit = interpreter_limit(everything)
+    if limit is not None:  # valid Triton: the interpreter's limit, said first, in one line
+        return CheckFailure(
+            f"✗ {name}: {limit}\n  on {case.label}; input: {case.describe()}\n    {short}"
+        )
     if "same dtype" in everything:
         hint = (
             "\n  hint: tl.dot needs two operands of one dtype; p is float32 and v is the input's "
