@@ -682,7 +682,9 @@ def _raised_failure(name, case, exc) -> CheckFailure:
     OutOfBoundsError, or its message when it comes from a notebook's kernel while a submission
     is graded) is the failure itself: its message names the tensor, the program, the elements
     and the mask, and its `[misconception: ...]` tag the mistake (store-unmasked,
-    mask-one-dimension, mask-missing) when the mask makes it clear.
+    mask-one-dimension, mask-missing) when the mask makes it clear. Valid Triton that the
+    interpreter refuses (interpreter_limits) is said to be the interpreter's limit, in one line
+    with the way to write it that runs in both.
     """
     chain, seen = [], set()
     while exc is not None and id(exc) not in seen:  # outer call site first, root cause last
