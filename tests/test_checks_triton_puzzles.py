@@ -495,8 +495,8 @@ def test_attention_fwd_mistakes(fn, slug):
 
 def test_attention_fwd_names_the_stage():
     text = str(failure_of(TP.check_attention_fwd, make_fwd(CAUSAL_LT)))
-    assert "stage 5 of 10 (causal) fails" in text
-    assert "stage 4 (N_q != N_k) passes" in text
+    assert "stage 7 of 12 (causal) fails" in text
+    assert "stage 6 (head dims) passes" in text
 
 
 def test_stub_raises_not_implemented():
