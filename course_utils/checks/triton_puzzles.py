@@ -93,6 +93,10 @@ LOADS_ABOVE_DIAGONAL = Mistake(
 )
 
 
+# Hooks of this module that run inside the learner's call (the reference watch skips them)
+INSTRUMENTS = ("__torch_function__",)
+
+
 def _on_gpu() -> bool:
     from ..triton_attention import INTERPRETER
 
