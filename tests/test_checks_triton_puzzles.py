@@ -257,6 +257,7 @@ LOG2E_TWICE, CAUSAL_LT = tl.constexpr(10), tl.constexpr(11)
 HALF_STATE, HALF_ACC, HALF_L = (tl.constexpr(i) for i in range(12, 15))
 # the columns past d not masked (BLOCK_D > d); the batch offset b * stride_b left out
 NO_D_MASK, NO_BATCH_OFFSET = tl.constexpr(15), tl.constexpr(16)
+BASE_E = tl.constexpr(17)  # right: tl.exp on scores scaled by softmax_scale, lse = m_i + log(l_i)
 
 
 @triton.jit
@@ -278,7 +279,7 @@ def _update(acc, m_i, l_i, q, k, v, s_mask, qk_scale, BUG: tl.constexpr):
         s = s * 1.4426950408889634
     s = tl.where(s_mask, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
-    if BUG == EXP:
+    if BUG == EXP or BUG == BASE_E:
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
     else:
@@ -423,6 +424,8 @@ def fwd_kernel(
     out = acc / l_i[:, None]
     if BUG == LSE2:
         lse = m_i + tl.math.log2(l_i)
+    elif BUG == BASE_E:
+        lse = m_i + tl.log(l_i)
     else:
         lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
     tl.store(lse_ptr + bh * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
@@ -599,7 +602,8 @@ def attention_fwd_sdpa(q, k, v, causal=False, softmax_scale=None):
         (make_fwd(LOG2E_TWICE), "scale-folded-twice", "one tile"),
         (make_fwd(log2e=False), "exp2-without-log2e", "one tile"),
         (make_fwd(NO_BATCH_OFFSET, block_m=32), "head-offset-missing", "batch and heads"),
-        (make_fwd(NO_D_MASK), None, "head dims"),
+        # the interpreter's bounds guard stops the store past d; compiled, no replay knows it
+        (make_fwd(NO_D_MASK), "mask-one-dimension" if ta.INTERPRETER else None, "head dims"),
         (attention_fwd_sdpa, "launcher-skips-kernel", "causal loop bound"),
     ],
     ids=["log2e-twice", "exp2-plain-scale", "batch-offset", "d-mask", "sdpa"],
@@ -675,3 +679,10 @@ def test_interpreter_limit_in_a_puzzle_check():
         return
     text = str(failure_of(TP.check_scale_tile, scale_scalar_row_mask))
     assert "valid Triton that Triton's CPU interpreter refuses" in text.splitlines()[1], text
+
+
+def test_attention_fwd_right_in_base_e():
+    """A fifth right style: base e throughout (the launcher passes softmax_scale alone, the kernel
+    uses tl.exp and lse = m_i + log(l_i)); neither exp-vs-exp2 nor exp2-without-log2e."""
+    fn = make_fwd(BASE_E, block_m=32, block_n=16, log2e=False)
+    assert "✓ attention_fwd" in run_quietly(TP.check_attention_fwd, fn)
