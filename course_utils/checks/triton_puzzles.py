@@ -226,7 +226,7 @@ def _run_puzzle(puzzle: Puzzle, kernel, cases: list[PuzzleCase]) -> int:
 # exp2(x * log2(e)), so tl.exp on base-2 scores and log2(e) folded twice into the scale compute
 # one thing; the source says which was written.
 _SOURCE_EVIDENCE = {
-    "exp-vs-exp2": lambda src: bool(re.search(r"\btl\.exp\(", src)),
+    "exp-vs-exp2": lambda src: bool(re.search(r"\btl\.(math\.)?exp\(", src)),
     "scale-folded-twice": lambda src: "exp2" in src,
     "exp2-without-log2e": lambda src: "exp2" in src,
 }
