@@ -708,3 +708,58 @@ def test_each_quick_question_names_the_variable_to_set():
     assert set(asked) == {"answer_num_programs", "answer_qk_scale", "answer_causal_kv_tiles"}
     for variable, question in asked.items():
         assert f"Set `{variable}`" in question, variable
+
+
+# ---- valid Triton that the interpreter refuses: one line, the interpreter's limit --------------
+@triton.jit
+def _mask_scalar_and_vector(x_ptr, y_ptr, n, start, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = (offs < n) & (start < n)  # a scalar condition and a vector one
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask, other=0.0), mask=offs < n)
+
+
+@triton.jit
+def _shape_from_a_tensor(x_ptr, y_ptr, n, start, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs)
+    H = x.shape[0]  # noqa: N806  (a learner's name)
+    tl.store(y_ptr + offs, x + tl.zeros((H,), dtype=tl.float32))
+
+
+@triton.jit
+def _to_on_a_loop_index(x_ptr, y_ptr, n, start, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    for first in tl.range(start, n, BLOCK):
+        page = (first // BLOCK).to(tl.int64)
+        tl.store(y_ptr + offs, tl.load(x_ptr + page * BLOCK + offs))
+
+
+@pytest.mark.parametrize(
+    "kernel, fix",
+    [
+        (_mask_scalar_and_vector, "start + offs * 0 < n"),
+        (_shape_from_a_tensor, "tl.constexpr argument"),
+        (_to_on_a_loop_index, "tl.cast(start // PAGE_SIZE, tl.int64)"),
+    ],
+    ids=["scalar-and-vector-mask", "shape-from-tensor", "int-to"],
+)
+def test_interpreter_limits_are_one_line(kernel, fix):
+    x, y = torch.randn(64, device=DEVICE), torch.zeros(64, device=DEVICE)
+    if not ta.INTERPRETER:  # valid Triton: compiled, it runs
+        kernel[(1,)](x, y, 16, 0, BLOCK=16)
+        return
+    with pytest.raises(Exception) as info:
+        kernel[(1,)](x, y, 16, 0, BLOCK=16)
+    case = T.KernelCase("one tile", 1, 1, 16, 16, 16, False, 16, 16)
+    first, *rest = str(T._raised_failure("online_softmax_step", case, info.value)).splitlines()
+    assert "CPU interpreter refuses (it runs on a GPU)" in first and fix in first, first
+    assert "input: q (1, 1, 16, 16)" in rest[0]
+
+
+def test_other_errors_are_not_called_interpreter_limits():
+    from course_utils.checks.interpreter_limits import interpreter_limit
+
+    assert interpreter_limit("IndexError: list index out of range") is None
+    case = T.KernelCase("one tile", 1, 1, 16, 16, 16, False, 16, 16)
+    text = str(T._raised_failure("k", case, ValueError("operands must have the same dtype")))
+    assert "interpreter" not in text and "tl.dot(p.to(v.dtype), v)" in text

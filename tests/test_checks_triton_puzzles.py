@@ -255,6 +255,9 @@ LSE2, KEY_OFF_BY_ONE, BLOCK_SHORT, ONE_TOO_MANY = (tl.constexpr(i) for i in rang
 LOG2E_TWICE, CAUSAL_LT = tl.constexpr(10), tl.constexpr(11)
 # the running state in the inputs' dtype: m_i, l_i and acc; acc alone; l_i alone
 HALF_STATE, HALF_ACC, HALF_L = (tl.constexpr(i) for i in range(12, 15))
+# the columns past d not masked (BLOCK_D > d); the batch offset b * stride_b left out
+NO_D_MASK, NO_BATCH_OFFSET = tl.constexpr(15), tl.constexpr(16)
+BASE_E = tl.constexpr(17)  # right: tl.exp on scores scaled by softmax_scale, lse = m_i + log(l_i)
 
 
 @triton.jit
@@ -276,7 +279,7 @@ def _update(acc, m_i, l_i, q, k, v, s_mask, qk_scale, BUG: tl.constexpr):
         s = s * 1.4426950408889634
     s = tl.where(s_mask, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
-    if BUG == EXP:
+    if BUG == EXP or BUG == BASE_E:
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
     else:
@@ -374,7 +377,12 @@ def fwd_kernel(
     h = bh % num_heads
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    q_mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
+    if BUG == NO_BATCH_OFFSET:
+        b = 0
+    if BUG == NO_D_MASK:
+        q_mask = offs_m[:, None] < seqlen_q
+    else:
+        q_mask = (offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM)
     q_base = q_ptr + b * stride_qb + h * stride_qh
     q = tl.load(q_base + offs_m[:, None] * stride_qn + offs_d[None, :], mask=q_mask, other=0.0)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
@@ -390,7 +398,10 @@ def fwd_kernel(
             hi = tl.minimum((pid_m + 1) * BLOCK_M + BLOCK_N, seqlen_k)
     for start_n in range(0, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
-        kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
+        if BUG == NO_D_MASK:
+            kv_mask = offs_n[:, None] < seqlen_k
+        else:
+            kv_mask = (offs_n[:, None] < seqlen_k) & (offs_d[None, :] < HEAD_DIM)
         k = tl.load(k_ptr + b * stride_kb + h * stride_kh + offs_n[:, None] * stride_kn
                     + offs_d[None, :], mask=kv_mask, other=0.0)  # fmt: skip
         v = tl.load(v_ptr + b * stride_vb + h * stride_vh + offs_n[:, None] * stride_vn
@@ -413,6 +424,8 @@ def fwd_kernel(
     out = acc / l_i[:, None]
     if BUG == LSE2:
         lse = m_i + tl.math.log2(l_i)
+    elif BUG == BASE_E:
+        lse = m_i + tl.log(l_i)
     else:
         lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
     tl.store(lse_ptr + bh * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
@@ -422,8 +435,9 @@ def fwd_kernel(
 
 
 def make_fwd(
-    bug=NONE, block_m=16, block_n=16, guard=False, empty_check=True, scale_arg=True, twice=False
-):
+    bug=NONE, block_m=16, block_n=16, guard=False, empty_check=True, scale_arg=True, twice=False,
+    log2e=True, upcast=True,
+):  # fmt: skip
     """A learner's launcher around fwd_kernel, with one slip or none."""
 
     def attention_fwd(q, k, v, causal=False, softmax_scale=None):
@@ -432,7 +446,7 @@ def make_fwd(
         n_k = k.shape[2]
         if softmax_scale is None or not scale_arg:
             softmax_scale = 1 / math.sqrt(d)
-        if ta.INTERPRETER and q.dtype == torch.bfloat16:
+        if ta.INTERPRETER and q.dtype == torch.bfloat16 and upcast:
             out, lse = attention_fwd(q.float(), k.float(), v.float(), causal, softmax_scale)
             return out.bfloat16(), lse
         out = torch.empty_like(q)
@@ -444,7 +458,8 @@ def make_fwd(
         grid = (triton.cdiv(n_q, block_m), batch * heads)
         fwd_kernel[grid](
             q, k, v, out, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-            *out.stride()[:3], heads, n_q, n_k, softmax_scale * 1.4426950408889634,
+            *out.stride()[:3], heads, n_q, n_k,
+            softmax_scale * (1.4426950408889634 if log2e else 1.0),
             HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=block_m,
             BLOCK_N=block_n, CAUSAL=causal, BUG=bug.value, GUARD=guard,
         )  # fmt: skip
@@ -495,8 +510,8 @@ def test_attention_fwd_mistakes(fn, slug):
 
 def test_attention_fwd_names_the_stage():
     text = str(failure_of(TP.check_attention_fwd, make_fwd(CAUSAL_LT)))
-    assert "stage 5 of 10 (causal) fails" in text
-    assert "stage 4 (N_q != N_k) passes" in text
+    assert "stage 7 of 12 (causal) fails" in text
+    assert "stage 6 (head dims) passes" in text
 
 
 def test_stub_raises_not_implemented():
@@ -525,3 +540,160 @@ def test_float32_state_case_in_every_run(on_gpu, monkeypatch):
         assert forward[-1].exact and forward[-1].dtype == "float16"
         rows = TP._row_block_cases(seed, trials)
         assert rows[-1].params.get("exact") and rows[-1].stage == "float32 state"
+
+
+# ---- diagnoses that used to mislead (issue 40) -----------------------------------------------
+@triton.jit
+def row_block_log2e_twice(q_ptr, k_ptr, v_ptr, out_ptr, seqlen_k, stride_q, stride_k, stride_v,
+                          stride_o, qk_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          HEAD_DIM: tl.constexpr):  # fmt: skip
+    """A learner who uses exp2 and folds log2(e) into the scores again (qk_scale holds it)."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + offs_m[:, None] * stride_q + offs_d[None, :])
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for start_n in range(0, seqlen_k, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k = tl.load(k_ptr + offs_n[:, None] * stride_k + offs_d[None, :],
+                    mask=offs_n[:, None] < seqlen_k, other=0.0)  # fmt: skip
+        v = tl.load(v_ptr + offs_n[:, None] * stride_v + offs_d[None, :],
+                    mask=offs_n[:, None] < seqlen_k, other=0.0)  # fmt: skip
+        s = tl.dot(q, tl.trans(k)) * (qk_scale * 1.4426950408889634)
+        s = tl.where(offs_n[None, :] < seqlen_k, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    tl.store(out_ptr + offs_m[:, None] * stride_o + offs_d[None, :], acc / l_i[:, None])
+
+
+def test_row_block_log2e_twice_is_not_exp():
+    """tl.exp and log2(e) folded twice give the same numbers: the source says which it is."""
+    failure = failure_of(TP.check_row_block, row_block_log2e_twice)
+    assert slug_of(failure) == "scale-folded-twice", str(failure)
+    # the configurable kernel's source holds tl.exp and exp2 both: its EXP slip stays exp-vs-exp2
+    assert slug_of(failure_of(TP.check_row_block, _with_bug(row_block_buggy, EXP))) == (
+        "exp-vs-exp2"
+    )
+
+
+def attention_fwd_sdpa(q, k, v, causal=False, softmax_scale=None, sdpa=True):
+    """A launcher that lets torch compute (F.scaled_dot_product_attention, or softmax(s) @ v):
+    right everywhere but on the poisoned keys."""
+    check_attention_inputs(q, k, v, causal)
+    if k.shape[2] == 0:
+        return torch.zeros_like(q), torch.full(q.shape[:3], -math.inf, device=q.device)
+    scale = softmax_scale if softmax_scale is not None else 1 / math.sqrt(q.shape[-1])
+    s = (q.float() @ k.float().transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), -math.inf)
+    if sdpa:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(), is_causal=causal, scale=scale
+        )
+    else:
+        out = torch.softmax(s, dim=-1) @ v.float()
+    return out.to(q.dtype), torch.logsumexp(s, dim=-1)
+
+
+def attention_fwd_torch_math(q, k, v, causal=False, softmax_scale=None):
+    return attention_fwd_sdpa(q, k, v, causal, softmax_scale, sdpa=False)
+
+
+@pytest.mark.parametrize(
+    "fn, slug, stage",
+    [
+        (make_fwd(LOG2E_TWICE), "scale-folded-twice", "one tile"),
+        (make_fwd(log2e=False), "exp2-without-log2e", "one tile"),
+        (make_fwd(NO_BATCH_OFFSET, block_m=32), "head-offset-missing", "batch and heads"),
+        # the interpreter's bounds guard stops the store past d; compiled, no replay knows it
+        (make_fwd(NO_D_MASK), "mask-one-dimension" if ta.INTERPRETER else None, "head dims"),
+        (attention_fwd_sdpa, "launcher-skips-kernel", "causal loop bound"),
+        (attention_fwd_torch_math, "launcher-skips-kernel", "causal loop bound"),
+    ],
+    ids=["log2e-twice", "exp2-plain-scale", "batch-offset", "d-mask", "sdpa", "torch-math"],
+)
+def test_attention_fwd_misleading_diagnoses(fn, slug, stage):
+    if fn is attention_fwd_sdpa and not ta.INTERPRETER:
+        pytest.skip("a GPU's flash SDPA skips the masked key blocks: the NaN keys never show")
+    failure = str(failure_of(TP.check_attention_fwd, fn))
+    assert f"({stage}) fails" in failure, failure
+    if slug is not None:
+        assert slug_of(failure) == slug, failure
+    assert "loads-above-diagonal" not in failure and "[misconception: exp-vs-exp2]" not in failure
+
+
+def test_attention_fwd_bf16_not_upcast():
+    """In the interpreter bfloat16 is computed wrong: the launcher's job, said so, not the dot."""
+    fn = make_fwd(upcast=False)
+    if not ta.INTERPRETER:  # compiled, bfloat16 is right: the same launcher passes
+        assert "✓ attention_fwd" in run_quietly(TP.check_attention_fwd, fn)
+        return
+    failure = str(failure_of(TP.check_attention_fwd, fn))
+    assert slug_of(failure) == "bf16-in-interpreter", failure
+    assert "(dtypes) fails" in failure and "q.float()" in failure
+
+
+@triton.jit
+def row_block_sharper(q_ptr, k_ptr, v_ptr, out_ptr, seqlen_k, stride_q, stride_k, stride_v,
+                      stride_o, qk_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      HEAD_DIM: tl.constexpr):  # fmt: skip
+    """A slip no replay knows: every score times 1.1."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + offs_m[:, None] * stride_q + offs_d[None, :])
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for start_n in range(0, seqlen_k, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = offs_n[:, None] < seqlen_k
+        k = tl.load(k_ptr + offs_n[:, None] * stride_k + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + offs_n[:, None] * stride_v + offs_d[None, :], mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale * 1.1
+        s = tl.where(offs_n[None, :] < seqlen_k, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    tl.store(out_ptr + offs_m[:, None] * stride_o + offs_d[None, :], acc / l_i[:, None])
+
+
+def test_no_known_mistake_is_not_named():
+    failure = str(failure_of(TP.check_row_block, row_block_sharper))
+    assert slug_of(failure) is None and "No known mistake matches" in failure, failure
+    failure = str(failure_of(TP.check_attention_fwd, make_fwd(twice=True, log2e=False)))
+    assert slug_of(failure) is None and "no known mistake" in failure.lower(), failure
+
+
+@triton.jit
+def scale_scalar_row_mask(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, alpha,
+                          BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):  # fmt: skip
+    """Right, one program per row tile... with a scalar test of the tile's first row in the
+    mask: valid Triton, refused by the interpreter."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols) & (tl.program_id(0) >= 0)
+    x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0)
+    tl.store(y_ptr + rows[:, None] * stride_y + cols[None, :], alpha * x, mask=mask)
+
+
+def test_interpreter_limit_in_a_puzzle_check():
+    if not ta.INTERPRETER:  # compiled, the kernel is right
+        assert "✓" in run_quietly(TP.check_scale_tile, scale_scalar_row_mask)
+        return
+    text = str(failure_of(TP.check_scale_tile, scale_scalar_row_mask))
+    assert "valid Triton that Triton's CPU interpreter refuses" in text.splitlines()[1], text
+
+
+def test_attention_fwd_right_in_base_e():
+    """A fifth right style: base e throughout (the launcher passes softmax_scale alone, the kernel
+    uses tl.exp and lse = m_i + log(l_i)); neither exp-vs-exp2 nor exp2-without-log2e."""
+    fn = make_fwd(BASE_E, block_m=32, block_n=16, log2e=False)
+    assert "✓ attention_fwd" in run_quietly(TP.check_attention_fwd, fn)

@@ -54,6 +54,7 @@ from ._core import (
     run_cases,
 )
 from ._core import hinted_answer as _hinted
+from .interpreter_limits import interpreter_limit
 
 __all__ = [
     "KERNEL_LSE_MISTAKES",
@@ -681,7 +682,9 @@ def _raised_failure(name, case, exc) -> CheckFailure:
     OutOfBoundsError, or its message when it comes from a notebook's kernel while a submission
     is graded) is the failure itself: its message names the tensor, the program, the elements
     and the mask, and its `[misconception: ...]` tag the mistake (store-unmasked,
-    mask-one-dimension, mask-missing) when the mask makes it clear.
+    mask-one-dimension, mask-missing) when the mask makes it clear. Valid Triton that the
+    interpreter refuses (interpreter_limits) is said to be the interpreter's limit, in one line
+    with the way to write it that runs in both.
     """
     chain, seen = [], set()
     while exc is not None and id(exc) not in seen:  # outer call site first, root cause last
@@ -707,6 +710,11 @@ def _raised_failure(name, case, exc) -> CheckFailure:
     short = "\n    ".join(lines[-14:])
     everything = " ".join(str(e) for e in chain)
     hint = ""
+    limit = interpreter_limit(everything)
+    if limit is not None:  # valid Triton: the interpreter's limit, said first, in one line
+        return CheckFailure(
+            f"✗ {name}: {limit}\n  on {case.label}; input: {case.describe()}\n    {short}"
+        )
     if "same dtype" in everything:
         hint = (
             "\n  hint: tl.dot needs two operands of one dtype; p is float32 and v is the input's "
