@@ -27,6 +27,7 @@ by its own pid before launch_ring returns: no rank outlives the call.
 from __future__ import annotations
 
 import builtins
+import faulthandler
 import gc
 import math
 import os
@@ -327,6 +328,8 @@ def _child(fn, rank, P, backend, store_path, result_path, args, sizes, timeout_s
     err_fd = os.open(result_path + ".stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(err_fd, 2)  # C++ logs of gloo or NCCL: kept for an error message, off the notebook
     os.close(err_fd)
+    if faulthandler.is_enabled():  # its file is the parent's stderr: gloo's abort would show there
+        faulthandler.enable(file=2)
     sys.stdout = open(os.dup(1), "w", buffering=1)  # noqa: SIM115 - lives as long as the rank
     sys.stderr = open(os.dup(2), "w", buffering=1)  # noqa: SIM115
     status = "ok"
@@ -543,10 +546,7 @@ def _root_error(paths) -> Exception | None:
     if not found:
         return None
     verdicts = [e for e in found if e[1][0] in _VERDICTS]  # a broken rule is the cause
-    if verdicts:
-        r, payload = min(verdicts, key=lambda e: (e[1][3], e[0]))
-        return _rank_error(r, len(paths), payload)
-    causes = [e for e in found if not _is_echo(e[1][1])] or found
+    causes = verdicts or [e for e in found if not _is_echo(e[1][1])] or found
     first = min(e[1][3] for e in causes)
     r, payload = min(e for e in causes if e[1][3] <= first + _TOGETHER_S)
     return _rank_error(r, len(paths), payload)

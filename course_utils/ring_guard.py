@@ -131,9 +131,10 @@ class RankWatch:
     """The profile hook of one rank: the reference watch, plus the first side channel opened."""
 
     def __init__(self, top):
-        from .checks._core import _ReferenceCallWatch
+        from .checks import _core
 
-        self.reference = _ReferenceCallWatch(RANK_API)
+        self._caller_kind, self._frame_kind = _core._caller_kind, _core._frame_kind
+        self.reference = _core._ReferenceCallWatch(RANK_API)
         self.reference.top = top
         self.top = top
         self.channel: str | None = None
@@ -147,8 +148,6 @@ class RankWatch:
             self._c_call(frame, arg)
 
     def _library_call(self, frame) -> None:
-        from .checks._core import _caller_kind, _frame_kind
-
         if self.channel is not None:
             # a decorator's wrapper was named: the function it wraps says more
             if frame.f_back is self._channel_frame and self.channel.endswith(
@@ -159,16 +158,14 @@ class RankWatch:
                 self._channel_frame = frame
             return
         module = frame.f_globals.get("__name__", "") or ""
-        if not module.startswith(SIDE_CHANNEL_MODULES) or _frame_kind(frame) != "library":
+        if not module.startswith(SIDE_CHANNEL_MODULES) or self._frame_kind(frame) != "library":
             return
-        if _caller_kind(frame, self.top) == "learner":
+        if self._caller_kind(frame, self.top) == "learner":
             self.channel = _public_name(module, frame.f_code.co_name)
             self._channel_frame = frame
 
     def _c_call(self, frame, fn) -> None:
-        from .checks._core import _frame_kind
-
-        if _frame_kind(frame) != "learner":
+        if self._frame_kind(frame) != "learner":
             return
         module, name = _module_of(fn), getattr(fn, "__name__", "?")
         if (

@@ -97,7 +97,10 @@ def _pairs_causal_ignored(rank, src, causal):
     return _pairs(rank, src, False)
 
 
-_F_SRC = "whose block a rank holds: after s steps of passing to r + 1, rank r holds (r - s) mod P"
+_F_SRC = (
+    "whose block a rank holds and its neighbours: blocks pass to r + 1, so rank r sends to "
+    "(r + 1) mod P, receives from (r - 1) mod P, and after s steps holds the block of (r - s) mod P"
+)
 _F_PAIRS = (
     "the zig-zag pairs: src == r causal diagonal [[2, 0], [1, 2]]; src < r every query on src's "
     "front [[1, 0], [1, 0]]; src > r r's back queries on all of src [[0, 0], [1, 1]]"
@@ -132,6 +135,14 @@ PLAN_MISTAKES = (
         )
     ]
     + [
+        Mistake(
+            "send-recv-swapped",
+            "send_to and recv_from swapped",
+            "Blocks travel towards higher ranks: a rank sends to (r + 1) mod P and receives from "
+            "(r - 1) mod P. Sending down the ring while src = (r - s) mod P assumes it turns up "
+            "hands each rank the block of (r + s) mod P instead.",
+            _plan_with(_src_right, _pairs, send_rule=lambda r, P: (r - 1) % P),
+        ),
         Mistake(
             "causal-skip-later-block",
             "a block from a later rank skipped whole",
@@ -183,8 +194,11 @@ def _plan_cases() -> list[Case]:
     cases = []
     # causal rings show a later step first: a plan that ignores the mask differs there from one
     # that only leaves the diagonal unmasked, so each is named by its own first failure
-    for P, causal in ((1, False), (2, False), (2, True), (1, True), (4, True), (5, True)):
-        for step in [*range(1, P), 0] if causal else range(P):
+    # P = 3 without a mask comes early, a later step first: r + 1 and r - 1 differ there (not
+    # for P <= 2), so a plan with the neighbours swapped fails on a case about the neighbours,
+    # where it differs from a ring turned the other way (whose src is wrong too)
+    for P, causal in ((1, False), (2, False), (3, False), (2, True), (1, True), (4, True), (5, True)):
+        for step in [*range(1, P), 0] if causal or P == 3 else range(P):
             for rank in range(P):
                 label = f"P = {P}, rank {rank}, step {step}, causal={causal}"
                 focus = _F_PAIRS if causal else _F_SRC
@@ -194,7 +208,7 @@ def _plan_cases() -> list[Case]:
 
 def check_ring_plan(fn) -> None:
     """Check ring_plan(rank, step, P, causal) -> (src, send_to, recv_from, pairs) on every
-    (rank, step) of rings of P = 1, 2, 4, 5 ranks, causal and not."""
+    (rank, step) of rings of P = 1 to 5 ranks, causal and not."""
     run_cases(
         "ring_plan",
         fn,
@@ -205,7 +219,7 @@ def check_ring_plan(fn) -> None:
         rtol=0.0,
         atol=0.0,
         low_precision_below=None,
-        summary="every rank and step of rings of 1, 2, 4 and 5 ranks, causal and not",
+        summary="every rank and step of rings of 1 to 5 ranks, causal and not",
     )
 
 
@@ -597,7 +611,11 @@ def check_quick_hide_length(answer) -> None:
         right,
         [
             (e * F / (4 * W), "the transfer is K AND V: 2 n H d e bytes"),
-            (e * F / W, "attention of n queries on n keys is 4 n^2 H d FLOPs (two matmuls)"),
+            (e * F / W, "that is the bound for half the FLOPs: the causal zig-zag step's (it "
+             "computes half the pairs), or one matmul's. Without a mask a block's attention is "
+             "both matmuls, 4 n^2 H d FLOPs: n >= e F / (2 W)"),
+            (2 * e * F / W, "a matmul of (n, d) by (d, n) is 2 n^2 d FLOPs per head, and "
+             "attention has two: 4 n^2 H d, not n^2 H d"),
             (F / (2 * W), "bf16 is e = 2 bytes per element"),
         ],
         "set compute 4 n^2 H d / F equal to transfer 2 n H d e / W and solve for n",
