@@ -141,8 +141,8 @@ class RankWatch:
         self._channel_frame = None
 
     def __call__(self, frame, event, arg):
-        self.reference(frame, event, arg)
         if event == "call":
+            self.reference(frame, event, arg)
             self._library_call(frame)
         elif event == "c_call" and self.channel is None:
             self._c_call(frame, arg)
@@ -219,7 +219,8 @@ class RankGuard:
             for name, t in (("k", k), ("v", v)):
                 a = _np(t)  # (B, H, nk, d)
                 rows = np.moveaxis(a, 2, 0).reshape(a.shape[2], a.shape[0] * a.shape[1], self.d)
-                missing = [j for j, r in enumerate(rows) if any(x.tobytes() not in self.held for x in r)]  # fmt: skip
+                held = self.held
+                missing = [j for j, r in enumerate(rows) if any(x.tobytes() not in held for x in r)]
                 if missing:
                     self.unreceived = (
                         f"rank {self.rank} of {self.P}: local_attn call {self.calls} reads {name} "
@@ -250,7 +251,9 @@ class RankGuard:
         for idx, o_p, l_p in self.partials:
             if o_p.shape != (B, H, len(idx), d) or l_p.shape != (B, H, len(idx)):
                 continue
-            out[:, :, idx], lse[:, :, idx] = merge_partials(out[:, :, idx], lse[:, :, idx], o_p, l_p)
+            out[:, :, idx], lse[:, :, idx] = merge_partials(
+                out[:, :, idx], lse[:, :, idx], o_p, l_p
+            )
         return out, lse
 
     def run(self, rank_fn, *args):
@@ -283,7 +286,9 @@ class RankGuard:
         if switched_off:
             m = DISABLES_CHECK
             raise RingMistake(
-                mistake_text(f"{who} switches off the check's watch.", (m.slug, m.title, m.explanation))
+                mistake_text(
+                    f"{who} switches off the check's watch.", (m.slug, m.title, m.explanation)
+                )
             )
         if self.unreceived:
             raise RingMistake(mistake_text(self.unreceived, UNRECEIVED_BLOCK))

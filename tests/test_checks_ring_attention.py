@@ -378,7 +378,8 @@ def rank_exchange_comprehension(q, k, v, causal, softmax_scale, comm, local_attn
     for step in range(P):
         src, to, frm, pairs = ring_plan(rank, step, P, causal)
         if step < P - 1:
-            shape = (*k.shape[:2], sum(comm.sizes[frm - step if frm - step >= 0 else frm - step + P]), k.shape[3])  # fmt: skip
+            nxt = frm - step if frm - step >= 0 else frm - step + P  # the block arriving
+            shape = (*k.shape[:2], sum(comm.sizes[nxt]), k.shape[3])
             nk, nv = torch.empty(shape, dtype=k.dtype), torch.empty(shape, dtype=v.dtype)
             reqs = comm.exchange([k, v], to, [nk, nv], frm)
         kb, vb = split(k, comm.sizes[src][0]), split(v, comm.sizes[src][0])
@@ -486,7 +487,7 @@ def _full_attention_of_my_rows(qs, ks, vs, causal, softmax_scale, comm):
     out_all = torch.softmax(s, -1) @ V
     r = comm.rank
     starts = [0]
-    for f, b in comm.sizes:
+    for f, _ in comm.sizes:
         starts.append(starts[-1] + f)
     front = slice(starts[r], starts[r + 1])
     n_front = starts[-1]
