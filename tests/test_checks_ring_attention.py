@@ -690,3 +690,21 @@ def test_quick_hide_length_names_the_causal_bound():
     with pytest.raises(CheckFailure) as info:
         checks.check_quick_hide_length(2 * 797e12 / 450e9)  # e F / W: section 3's causal bound
     assert "causal" in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(
+    "check, fn, called",
+    [
+        (checks.check_ring_plan, _course_plan, "course_utils.ring_attention.ring_plan"),
+        (
+            checks.check_merge_partials_torch,
+            _course_merge,
+            "course_utils.ring_attention.merge_partials_torch",
+        ),
+    ],
+    ids=["ring_plan", "merge_partials"],
+)
+def test_plan_and_merge_name_a_course_call(check, fn, called):
+    with pytest.raises(CheckFailure) as info:
+        check(fn)
+    assert slug_of(info.value) == "calls-reference" and called in str(info.value)
