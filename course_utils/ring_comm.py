@@ -10,7 +10,9 @@ The plumbing of notebook 10 (ring attention), with no attention answer in it:
     local_attention            float64 torch attention returning (out, lse): the CPU local step
     launch_ring(fn, P)         start P processes (gloo or NCCL), run fn(comm, *args), gather
     run_learner_ring(...)      the notebook's runner: the learner's rank function on P ranks,
-                               plain arrays in, plain arrays out (outputs, bytes, overlap)
+                               plain arrays in, plain arrays out (outputs, bytes, overlap), each
+                               rank under the rank guard (course_utils.ring_guard: what a rank
+                               may use, and that its attention came from the blocks it received)
 
 Start method. A function defined in a notebook lives in `__main__`, which the "spawn" start method
 cannot pickle; "fork" copies the whole process, functions and all, so launch_ring forks by default
@@ -629,6 +631,11 @@ def run_learner_ring(rank_fn, q, k, v, causal: bool, P: int, softmax_scale: floa
     Each rank r calls rank_fn(q_r, k_r, v_r, causal, softmax_scale, comm, local_attn) with its
     shard (float64 torch tensors, (B, H, n_r, d)), a RingComm and local_attention (logged, so
     that the overlap can be measured). The runner puts the ranks' outputs back in sequence order.
+
+    Each rank runs under course_utils.ring_guard's RankGuard. Raises ReferenceUnavailable (a
+    course function called inside a rank) or RingMistake (data around comm, attention on a block
+    the rank does not hold, a right output its local_attn results do not give, a receive buffer
+    smaller than the block sent), each naming its rank and the mistake.
 
     Args:
         q, k, v: (B, H, N, d) float arrays of the whole sequence.  causal: bool.

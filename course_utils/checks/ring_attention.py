@@ -13,6 +13,11 @@ the share of each rank's receives that had a local attention call between post a
 they are compared with full attention on the concatenated sequence, with ring_bytes_sent (the
 formula of the notebook), and with 1.0 (every transfer overlapped). A mistake is named when a
 sequential replay of the ring with that one bug (run here, no processes) gives the same arrays.
+Each rank runs under the rank guard (course_utils.ring_guard): a course call inside a rank is
+calls-reference; data exchanged around comm (a collective, a file, a queue), local attention on
+a block the rank does not hold, or a right output that its local_attn results do not give end the
+rank with a RingMistake, said here as a named failure (_ring_verdict); so does gloo's abort on a
+receive buffer smaller than the block sent (recv-buffer-size).
 """
 
 from __future__ import annotations
@@ -511,7 +516,7 @@ def _rank_cases() -> list[Case]:
         (2, 9, True, "P = 2, N = 9 (ragged: chunks 3, 2, 2, 2), causal"),
         (3, 12, True, "P = 3, N = 12 (6 chunks of 2), causal"),
         (4, 13, True, "P = 4, N = 13 (ragged: 8 chunks of 2 or 1), causal"),
-        (4, 6, False, "P = 4, N = 6 (fewer positions than chunks: two ranks hold an empty back "
+        (3, 5, False, "P = 3, N = 5 (fewer positions than chunks: rank 0 holds an empty back "
          "chunk), no mask"),
     ]  # fmt: skip
     cases = []
