@@ -133,7 +133,7 @@ class RankWatch:
     def __init__(self, top):
         from .checks import _core
 
-        self._caller_kind, self._frame_kind = _core._caller_kind, _core._frame_kind
+        self._frame_kind = _core._frame_kind
         self.reference = _core._ReferenceCallWatch(RANK_API)
         self.reference.top = top
         self.top = top
@@ -160,9 +160,24 @@ class RankWatch:
         module = frame.f_globals.get("__name__", "") or ""
         if not module.startswith(SIDE_CHANNEL_MODULES) or self._frame_kind(frame) != "library":
             return
-        if self._caller_kind(frame, self.top) == "learner":
+        if self._called_by_learner(frame):
             self.channel = _public_name(module, frame.f_code.co_name)
             self._channel_frame = frame
+
+    def _called_by_learner(self, frame) -> bool:
+        """The learner's code called frame's function, through side-channel modules only (a
+        library that uses a file or inspect for itself is not a channel the learner opened)."""
+        caller = frame.f_back
+        while caller is not None and self._frame_kind(caller) in ("library", "infrastructure"):
+            module = caller.f_globals.get("__name__", "") or ""
+            if self._frame_kind(caller) == "library" and not module.startswith(
+                SIDE_CHANNEL_MODULES
+            ):
+                return False
+            caller = caller.f_back
+        return (
+            caller is not None and caller is not self.top and self._frame_kind(caller) == "learner"
+        )
 
     def _c_call(self, frame, fn) -> None:
         if self._frame_kind(frame) != "learner":
