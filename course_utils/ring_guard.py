@@ -70,7 +70,7 @@ SIDE_CHANNEL_MODULES = (
     "gc",
 )
 # C functions (seen as c_call events) of the same kind, by their module.
-_C_MODULES = ("_io", "io", "_socket", "_posixshmem", "mmap", "_multiprocessing", "gc")
+_C_MODULES = ("_socket", "_posixshmem", "mmap", "_multiprocessing", "gc")
 _C_OS = {"open", "pipe", "pipe2", "mkfifo", "memfd_create", "fork", "forkpty", "dup", "dup2"}
 _C_SYS = {"_getframe", "_current_frames"}
 _WRAPPERS = {"wrapper", "inner", "_fn", "wrapped", "decorated", "_wrapper"}
@@ -185,6 +185,7 @@ class RankWatch:
         module, name = _module_of(fn), getattr(fn, "__name__", "?")
         if (
             module in _C_MODULES
+            or (module in ("_io", "io") and name == "open")  # not print's or a flush's writes
             or module.startswith("torch._C._distributed")
             or (module in ("posix", "nt", "os") and name in _C_OS)
             or (module == "sys" and name in _C_SYS)

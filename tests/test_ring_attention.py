@@ -237,11 +237,17 @@ def _qkv(N=8):
     return tuple(rng.normal(size=(1, 2, N, 4)) for _ in range(3))
 
 
-def test_guarded_ring_runs_a_right_loop():
+def _prints(comm):
+    import sys
+
+    print("rank", comm.rank, "starts", flush=True)  # to the rank's own stdout
+    sys.stdout.flush()
+
+
+@pytest.mark.parametrize("before", [lambda comm: None, _prints], ids=["plain", "prints"])
+def test_guarded_ring_runs_a_right_loop(before):
     q, k, v = _qkv()
-    out, lse, sent, overlapped = run_learner_ring(
-        _learner_ring(lambda comm: None), q, k, v, False, 2
-    )
+    out, lse, sent, overlapped = run_learner_ring(_learner_ring(before), q, k, v, False, 2)
     ref_out, ref_lse = _full(q, k, v, False)
     np.testing.assert_allclose(out, ref_out, atol=1e-12)
     np.testing.assert_allclose(lse, ref_lse, atol=1e-12)
