@@ -12,16 +12,18 @@ every rank around the learner's function:
                  the process group's own methods), files (open, pathlib, torch.save, np.save,
                  tempfile, shutil), multiprocessing (queues, pipes, shared memory), sockets,
                  and frame or heap walking (sys._getframe, inspect, gc). Ranks are forked
-                 processes, so globals are not shared between them; an object created before
-                 the fork and shared by the ranks is reached only through such calls.
+                 processes, so globals are not shared between them; a queue or pipe made
+                 before the fork is used through such calls, and data read from shared memory
+                 by indexing is caught by the ledger or the cover once it reaches the answer.
     the ledger   every d-vector of K and V the rank HOLDS: its own shard, then each buffer it
                  received through comm (recorded when the receive is waited for). Every
                  local_attn call is recorded: each key and value row it reads must be held at
-                 the time of the call, and its partial (out, lse) is kept with the rank's query
-                 rows it covers.
-    the merge    after the learner returns, the rank merges its local_attn partials per query
-                 row (notebook 02's merge); run_learner_ring compares that with what the rank
-                 returned. A right answer that the partials do not give was computed elsewhere.
+                 the time of the call, and its lse is kept with the rank's query rows it
+                 covers.
+    the cover    after the learner returns, the rank adds up its local_attn partials' lse per
+                 query row (log sum exp): the lse of exactly the keys local_attn saw.
+                 run_learner_ring compares it with the lse the rank returned: a right answer
+                 whose keys local_attn did not all see was computed elsewhere.
 
 A verdict (in this order: a course call, a side channel, an unreceived block) ends the rank with
 RingMistake (or ReferenceUnavailable for a course call, which the check reports as
@@ -91,9 +93,9 @@ UNRECEIVED_BLOCK = (
 OUTSIDE_LOCAL_ATTN = (
     "attention-outside-local-attn",
     "the right output, not from local_attn",
-    "Your output is right but the merge of your local_attn results does not give it: the "
-    "attention was computed some other way. Compute every pair of the plan with local_attn on "
-    "the block you hold and merge those results.",
+    "Your output is right but your local_attn calls did not cover it: the attention was "
+    "computed some other way. Compute every pair of the plan with local_attn on the block you "
+    "hold and merge those results.",
 )
 RECV_BUFFER_SIZE = (
     "recv-buffer-size",
@@ -209,7 +211,7 @@ class RankGuard:
         self._hold(v)
         self.q_unit = _unit_rows(q)  # (n, B*H*d): the rank's query rows, direction only
         self.shape = tuple(q.shape)
-        self.partials: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.partials: list[tuple[np.ndarray, np.ndarray]] = []  # (query rows, lse (B, H, nq))
         self.unreceived: str | None = None
         self.calls = 0
         comm.on_recv = self._hold
@@ -246,7 +248,7 @@ class RankGuard:
                     return
         idx = self._query_rows(q)
         if idx is not None:
-            self.partials.append((idx, _np(out), _np(lse)))
+            self.partials.append((idx, _np(lse)))
 
     def _query_rows(self, q) -> np.ndarray | None:
         """The rank's query rows q holds (matched by direction: a pre-scaled q counts)."""
@@ -258,19 +260,16 @@ class RankGuard:
             return None
         return idx
 
-    def merged(self) -> tuple[np.ndarray, np.ndarray]:
-        """(out, lse) of the rank's rows: the merge of every recorded local_attn partial."""
-        from .softmax import merge_partials
-
-        B, H, n, d = self.shape
-        out, lse = np.zeros((B, H, n, d)), np.full((B, H, n), -np.inf)
-        for idx, o_p, l_p in self.partials:
-            if o_p.shape != (B, H, len(idx), d) or l_p.shape != (B, H, len(idx)):
-                continue
-            out[:, :, idx], lse[:, :, idx] = merge_partials(
-                out[:, :, idx], lse[:, :, idx], o_p, l_p
-            )
-        return out, lse
+    def lse_of_partials(self) -> np.ndarray:
+        """(B, H, n): log sum exp over every recorded local_attn partial of each query row, the
+        lse of exactly the keys local_attn saw (no merge of outputs: the answer of notebook 02
+        stays out of this module, which a graded kernel sees whole)."""
+        B, H, n, _ = self.shape
+        lse = np.full((B, H, n), -np.inf)
+        for idx, l_p in self.partials:
+            if l_p.shape == (B, H, len(idx)):
+                lse[:, :, idx] = np.logaddexp(lse[:, :, idx], l_p)
+        return lse
 
     def run(self, rank_fn, *args):
         """rank_fn(*args) under the rank's watch; raise the verdict, if any, over any error."""
@@ -311,11 +310,11 @@ class RankGuard:
 
 
 def outside_local_attn(r: int, P: int) -> RingMistake:
-    """The verdict on rank r whose right output the merge of its local_attn partials misses."""
+    """The verdict on rank r whose right output has keys its local_attn calls never saw."""
     return RingMistake(
         mistake_text(
-            f"rank {r} of {P} returns the right output, but the merge of its local_attn results "
-            "differs from it.",
+            f"rank {r} of {P} returns the right output, but its local_attn calls did not see "
+            "every key of it (the log sum exp of their lse is not your lse).",
             OUTSIDE_LOCAL_ATTN,
         )
     )
