@@ -285,15 +285,17 @@ class RankGuard:
             switched_off = sys.getprofile() is not watch
             sys.setprofile(None)
             threading.setprofile(None)
-        self._verdict(watch, switched_off)
+        self._verdict(watch, switched_off, failure)
         if failure is not None:
             raise failure
         return result
 
-    def _verdict(self, watch: RankWatch, switched_off: bool) -> None:
+    def _verdict(self, watch: RankWatch, switched_off: bool, failure) -> None:
         from .checks._core import DISABLES_CHECK, ReferenceUnavailable
 
         who = f"rank {self.rank} of {self.P}"
+        if isinstance(failure, ReferenceUnavailable):  # a stub of the graded kernel names itself
+            raise ReferenceUnavailable(f"{failure} (in {who})")
         if watch.reference.called:
             raise ReferenceUnavailable(f"{watch.reference.called} (in {who})")
         if watch.channel:

@@ -708,3 +708,80 @@ def test_plan_and_merge_name_a_course_call(check, fn, called):
     with pytest.raises(CheckFailure) as info:
         check(fn)
     assert slug_of(info.value) == "calls-reference" and called in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# as grading runs it: the stripped package in a real kernel, the test cell here
+# ---------------------------------------------------------------------------------------------
+
+
+def _solution_cells(*ids):
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "solutions/10_ring_attention"
+    nb = json.loads((path / "10_ring_attention.ipynb").read_text())
+    cells = {c.get("id"): "".join(c["source"]) for c in nb["cells"]}
+    return "\n".join(cells[i] for i in ids)
+
+
+RING_TEST_CELL = """from course_utils.checks.ring_attention import check_ring_attention_rank
+
+check_ring_attention_rank(ring_attention_rank)
+"""
+COURSE_PLAN_IN_RANK = """
+import course_utils.ring_attention as ring_ref
+def ring_plan(rank, step, P, causal):
+    return ring_ref.ring_plan(rank, step, P, causal)
+"""
+GATHER_IN_RANK = """
+import torch.distributed as dist
+_own = ring_attention_rank
+def ring_attention_rank(q, k, v, causal, softmax_scale, comm, local_attn):
+    ks = [None] * comm.world_size
+    dist.all_gather_object(ks, k)
+    return _own(q, k, v, causal, softmax_scale, comm, local_attn)
+"""
+
+
+@pytest.mark.notebooks
+def test_grading_names_course_calls_and_channels_inside_ranks(tmp_path):
+    import os
+
+    from jupyter_client.manager import start_new_kernel
+
+    from graders import student_build
+    from graders.remote import KernelChannel, run_test_cell
+
+    stripped = tmp_path / "build"
+    stripped.mkdir()
+    student_build.build(stripped)
+    env = {**os.environ, "PYTHONPATH": str(stripped)}
+    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
+
+    def execute(code: str) -> None:
+        reply = kc.execute_interactive(code, timeout=60, output_hook=lambda m: None)
+        assert reply["content"]["status"] == "ok", reply["content"]
+
+    def verdict() -> str:
+        outputs = run_test_cell(RING_TEST_CELL, channel)
+        errors = [o for o in outputs if o.output_type == "error"]
+        return "fail: " + errors[0].evalue if errors else "pass"
+
+    channel = KernelChannel(
+        lambda code: kc.execute_interactive(
+            code, timeout=60, output_hook=lambda m: None, store_history=False
+        ),
+        tmp_path / "io",
+    )
+    try:
+        execute(_solution_cells("cell-002", "ring-plan", "merge-partials", "ring-attention-rank"))
+        assert verdict() == "pass"
+        execute(COURSE_PLAN_IN_RANK)
+        found = verdict()
+        assert "calls-reference" in found and "ring_plan" in found, found
+        execute(_solution_cells("ring-plan") + GATHER_IN_RANK)
+        found = verdict()
+        assert "bypasses-comm" in found and "all_gather_object" in found, found
+    finally:
+        km.shutdown_kernel(now=True)
