@@ -1,7 +1,10 @@
 """The checks of notebook 10: three correct ring loops pass, each named mistake is recognised.
 
 The "learners" are written here, in the styles a learner would use. The ring loops run for real on
-gloo processes (forked: the functions below need no pickling), a handful of runs per test.
+gloo processes (forked: the functions below need no pickling), a handful of runs per test. Each
+rank runs under the rank guard (course_utils.ring_guard): the students of issue 40 (a course call
+inside a rank, all_gather_object around comm, files, a queue, attention on a block not received,
+attention computed outside local_attn) are each named.
 """
 
 from __future__ import annotations

@@ -144,8 +144,8 @@ PLAN_MISTAKES = (
             "send-recv-swapped",
             "send_to and recv_from swapped",
             "Blocks travel towards higher ranks: a rank sends to (r + 1) mod P and receives from "
-            "(r - 1) mod P. Sending down the ring while src = (r - s) mod P assumes it turns up "
-            "hands each rank the block of (r + s) mod P instead.",
+            "(r - 1) mod P. Sent the other way, after s steps rank r would hold the block of "
+            "(r + s) mod P, not the (r - s) mod P your src says.",
             _plan_with(_src_right, _pairs, send_rule=lambda r, P: (r - 1) % P),
         ),
         Mistake(
