@@ -193,8 +193,15 @@ class RingComm:
             self.bytes_sent += tensor.numel() * tensor.element_size()
             work = dist.isend(tensor, peer, group=self.group)
         else:
+            self._poison(tensor)
             work = dist.irecv(tensor, peer, group=self.group)
         return _Request(self, work, kind, self._ids, tensor)
+
+    def _poison(self, tensor) -> None:
+        """Under the rank guard, a receive buffer starts as NaN: what the arriving block does not
+        fill stays NaN (gloo fills a buffer longer than the message only in part, silently)."""
+        if self.on_recv is not None and tensor.is_floating_point():
+            tensor.fill_(float("nan"))
 
     def isend(self, tensor, dst: int) -> _Request:
         """Post the send of `tensor` (contiguous) to rank dst; returns at once."""
@@ -223,6 +230,8 @@ class RingComm:
                 self.events.append((kind, self._ids))
                 if kind == "send":
                     self.bytes_sent += t.numel() * t.element_size()
+                else:
+                    self._poison(t)
                 ops.append(dist.P2POp(op, t, int(peer), group=self.group))
                 reqs.append((kind, self._ids, t))
         works = dist.batch_isend_irecv(ops) if ops else []

@@ -25,10 +25,13 @@ every rank around the learner's function:
                  run_learner_ring compares it with the lse the rank returned: a right answer
                  whose keys local_attn did not all see was computed elsewhere.
 
-A verdict (in this order: a course call, a side channel, an unreceived block) ends the rank with
-RingMistake (or ReferenceUnavailable for a course call, which the check reports as
-calls-reference), raised even when the learner's code failed after the verdict: the cause comes
-first.
+Receive buffers start as NaN under the guard (RingComm._poison): a buffer longer than the block
+that arrives keeps a NaN tail, named recv-buffer-size as gloo's abort on a shorter one is.
+
+A verdict (in this order: a course call, a side channel, a buffer longer than its block, an
+unreceived block) ends the rank with RingMistake (or ReferenceUnavailable for a course call,
+which the check reports as calls-reference), raised even when the learner's code failed after
+the verdict: the cause comes first.
 """
 
 from __future__ import annotations
@@ -206,20 +209,39 @@ class RankGuard:
     def __init__(self, comm, q, k, v):
         self.rank, self.P = comm.rank, comm.world_size
         self.d = int(q.shape[-1])
+        self.shape = tuple(q.shape)
+        self.q_unit = _unit_rows(q)  # (n, B*H*d): the rank's query rows, direction only
+        self.partials: list[tuple[np.ndarray, np.ndarray]] = []  # (query rows, lse (B, H, nq))
+        self.unreceived: str | None = None
+        self.short_block: RingMistake | None = None  # a receive buffer longer than its block
+        self.calls = 0
         self.held: set[bytes] = set()  # every d-vector of K or V the rank holds
         self._hold(k)
         self._hold(v)
-        self.q_unit = _unit_rows(q)  # (n, B*H*d): the rank's query rows, direction only
-        self.shape = tuple(q.shape)
-        self.partials: list[tuple[np.ndarray, np.ndarray]] = []  # (query rows, lse (B, H, nq))
-        self.unreceived: str | None = None
-        self.calls = 0
         comm.on_recv = self._hold
 
     def _hold(self, tensor) -> None:
         a = _np(tensor)
-        if a is not None and a.ndim >= 1 and a.shape[-1] == self.d:
+        if a is None:
+            return
+        if self.short_block is None and a.size and np.isnan(a).any():
+            self._short(tensor, a.ravel())
+        if a.ndim >= 1 and a.shape[-1] == self.d:
             self.held.update(r.tobytes() for r in a.reshape(-1, self.d))
+
+    def _short(self, tensor, flat: np.ndarray) -> None:
+        """A received buffer whose tail is still the comm's NaN poison: the block was shorter."""
+        first = int(np.argmax(np.isnan(flat)))
+        if not np.isnan(flat[first:]).all():
+            return  # NaN inside the block itself: not a short block
+        B, H, _, d = self.shape
+        self.short_block = buffer_mismatch(
+            self.rank,
+            self.P,
+            first * tensor.element_size(),
+            flat.size * tensor.element_size(),
+            B * H * d * tensor.element_size(),
+        )
 
     def recorded(self, attn):
         """attn with every call checked against the ledger and its partial kept."""
@@ -307,6 +329,8 @@ class RankGuard:
                     f"{who} switches off the check's watch.", (m.slug, m.title, m.explanation)
                 )
             )
+        if self.short_block is not None:
+            raise self.short_block
         if self.unreceived:
             raise RingMistake(mistake_text(self.unreceived, UNRECEIVED_BLOCK))
 
@@ -323,8 +347,9 @@ def outside_local_attn(r: int, P: int) -> RingMistake:
 
 
 def buffer_mismatch(r: int, P: int, arrived: int, buffer: int, per_position: int) -> RingMistake:
-    """The verdict on a receive whose buffer differs from the block that arrived (gloo's
-    EnforceNotMet), sizes in bytes and in positions of one (B, H, n, d) tensor."""
+    """The verdict on a receive whose buffer differs from the block that arrived (shorter: gloo's
+    EnforceNotMet; longer: the NaN poison left in its tail), sizes in bytes and in positions of
+    one (B, H, n, d) tensor."""
 
     def size(b):
         n = b / per_position

@@ -67,7 +67,13 @@ def merge_by_max(o1, lse1, o2, lse2):
 
 
 def make_rank(
-    plan=ring_plan, merge=merge_partials, *, wait_first=False, send_last=False, own_size=False
+    plan=ring_plan,
+    merge=merge_partials,
+    *,
+    wait_first=False,
+    send_last=False,
+    own_size=False,
+    longest=False,
 ):
     def ring_attention_rank(q, k, v, causal, softmax_scale, comm, local_attn):
         rank, P = comm.rank, comm.world_size
@@ -79,7 +85,11 @@ def make_rank(
             src, send_to, recv_from, pairs = plan(rank, step, P, causal)
             reqs = []
             if step < P - 1 or (send_last and P > 1):
-                n_next = k.shape[2] if own_size else sum(comm.sizes[(rank - step - 1) % P])
+                n_next = sum(comm.sizes[(rank - step - 1) % P])
+                if own_size:
+                    n_next = k.shape[2]
+                if longest:
+                    n_next = max(f + b for f, b in comm.sizes)
                 k_next = k.new_empty(k.shape[0], k.shape[1], n_next, k.shape[3])
                 v_next = torch.empty_like(k_next)
                 reqs = [
@@ -674,6 +684,20 @@ def test_rank_names_a_receive_buffer_of_the_wrong_size():
     first = text.splitlines()[0]
     assert "bytes (4 positions) got a block of" in first and "(5 positions)" in first, first
     assert "EnforceNotMet" not in text
+
+
+def test_rank_names_a_receive_buffer_longer_than_its_block():
+    """The buffer of the next block allocated for the longest shard (max of comm.sizes): gloo
+    fills it in part, silently; the rest stays the guard's NaN poison."""
+
+    rank_longest_buffer = make_rank(longest=True)
+
+    with pytest.raises(CheckFailure) as info:
+        checks.check_ring_attention_rank(rank_longest_buffer)
+    text = str(info.value)
+    assert slug_of(text) == "recv-buffer-size", text
+    first = text.splitlines()[0]
+    assert "bytes (5 positions) got a block of" in first and "(4 positions)" in first, first
 
 
 def plan_send_recv_swapped(rank, step, P, causal):
