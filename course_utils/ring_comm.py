@@ -10,7 +10,9 @@ The plumbing of notebook 10 (ring attention), with no attention answer in it:
     local_attention            float64 torch attention returning (out, lse): the CPU local step
     launch_ring(fn, P)         start P processes (gloo or NCCL), run fn(comm, *args), gather
     run_learner_ring(...)      the notebook's runner: the learner's rank function on P ranks,
-                               plain arrays in, plain arrays out (outputs, bytes, overlap)
+                               plain arrays in, plain arrays out (outputs, bytes, overlap), each
+                               rank under the rank guard (course_utils.ring_guard: what a rank
+                               may use, and that its attention came from the blocks it received)
 
 Start method. A function defined in a notebook lives in `__main__`, which the "spawn" start method
 cannot pickle; "fork" copies the whole process, functions and all, so launch_ring forks by default
@@ -27,10 +29,12 @@ by its own pid before launch_ring returns: no rank outlives the call.
 from __future__ import annotations
 
 import builtins
+import faulthandler
 import gc
 import math
 import os
 import pickle
+import re
 import sys
 import tempfile
 import time
@@ -129,8 +133,9 @@ def _cat(parts: list, axis: int):
 class _Request:
     """A posted transfer; wait() blocks until it is done (and is logged)."""
 
-    def __init__(self, comm: RingComm, work, kind: str, ident: int):
+    def __init__(self, comm: RingComm, work, kind: str, ident: int, tensor=None):
         self._comm, self._work, self.kind, self.ident = comm, work, kind, ident
+        self._tensor = tensor
         self._done = False
 
     def wait(self) -> None:
@@ -139,6 +144,8 @@ class _Request:
                 self._work.wait()
             self._done = True
             self._comm.events.append(("wait", self.kind, self.ident))
+            if self.kind == "recv" and self._comm.on_recv is not None:
+                self._comm.on_recv(self._tensor)  # the block is the rank's now
 
     def is_completed(self) -> bool:
         return self._done or (self._work is not None and self._work.is_completed())
@@ -161,6 +168,7 @@ class RingComm:
     group: object = None  # the torch.distributed group; None: the default one
     bytes_sent: int = 0
     events: list = field(default_factory=list)
+    on_recv: object = None  # called with each received tensor when its wait returns
     _ids: int = 0
 
     def _post(self, kind: str, tensor, peer: int):
@@ -185,8 +193,15 @@ class RingComm:
             self.bytes_sent += tensor.numel() * tensor.element_size()
             work = dist.isend(tensor, peer, group=self.group)
         else:
+            self._poison(tensor)
             work = dist.irecv(tensor, peer, group=self.group)
-        return _Request(self, work, kind, self._ids)
+        return _Request(self, work, kind, self._ids, tensor)
+
+    def _poison(self, tensor) -> None:
+        """Under the rank guard, a receive buffer starts as NaN: what the arriving block does not
+        fill stays NaN (gloo fills a buffer longer than the message only in part, silently)."""
+        if self.on_recv is not None and tensor.is_floating_point():
+            tensor.fill_(float("nan"))
 
     def isend(self, tensor, dst: int) -> _Request:
         """Post the send of `tensor` (contiguous) to rank dst; returns at once."""
@@ -215,20 +230,22 @@ class RingComm:
                 self.events.append((kind, self._ids))
                 if kind == "send":
                     self.bytes_sent += t.numel() * t.element_size()
+                else:
+                    self._poison(t)
                 ops.append(dist.P2POp(op, t, int(peer), group=self.group))
-                reqs.append((kind, self._ids))
+                reqs.append((kind, self._ids, t))
         works = dist.batch_isend_irecv(ops) if ops else []
-        return [_Request(self, w, kind, i) for w, (kind, i) in zip(works, reqs, strict=True)]
+        return [_Request(self, w, *req) for w, req in zip(works, reqs, strict=True)]
 
-    def watched(self, local_attn):
-        """local_attn with every call logged as ("attn",): the overlap measurement's clock."""
+    def watched(self, attn):
+        """attn with every call logged as ("attn",): the overlap measurement's clock."""
 
-        def attn(*args, **kwargs):
+        def local_attn(*args, **kwargs):  # the name the rank watch allows (ring_guard.RANK_API)
             self.events.append(("attn",))
-            return local_attn(*args, **kwargs)
+            return attn(*args, **kwargs)
 
-        attn.__name__ = getattr(local_attn, "__name__", "local_attn")
-        return attn
+        local_attn.__name__ = getattr(attn, "__name__", "local_attn")
+        return local_attn
 
     def overlap(self) -> float:
         """The fraction of this rank's receives with a local attention call between post and wait.
@@ -322,6 +339,8 @@ def _child(fn, rank, P, backend, store_path, result_path, args, sizes, timeout_s
     err_fd = os.open(result_path + ".stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(err_fd, 2)  # C++ logs of gloo or NCCL: kept for an error message, off the notebook
     os.close(err_fd)
+    if faulthandler.is_enabled():  # its file is the parent's stderr: gloo's abort would show there
+        faulthandler.enable(file=2)
     sys.stdout = open(os.dup(1), "w", buffering=1)  # noqa: SIM115 - lives as long as the rank
     sys.stderr = open(os.dup(2), "w", buffering=1)  # noqa: SIM115
     status = "ok"
@@ -456,6 +475,9 @@ def launch_ring(
                 if p.is_alive():
                     p.kill()
                     p.join(5.0)
+        mismatch = _buffer_mismatch(paths)
+        if mismatch is not None:
+            raise mismatch
         cause = _root_error(paths)
         if cause is not None:
             raise cause
@@ -470,6 +492,33 @@ def launch_ring(
                 _, payload = pickle.load(fh)  # written by our own child process
             results.append(payload)
     return results
+
+
+class RingBufferMismatch(RingError):
+    """A receive buffer of rank `rank` smaller than the block that arrived (gloo aborts)."""
+
+    def __init__(self, rank: int, P: int, arrived: int, buffer: int):
+        super().__init__(
+            f"rank {rank} of {P}: a receive buffer of {buffer} bytes got a block of {arrived} bytes"
+        )
+        self.rank, self.arrived, self.buffer = rank, arrived, buffer
+
+
+# gloo's EnforceNotMet when a message is longer than the buffer posted for it: "256 vs 192."
+_GLOO_SIZES = re.compile(r"op\.preamble\.length <= op\.nbytes\. (\d+) vs (\d+)")
+
+
+def _buffer_mismatch(paths) -> RingBufferMismatch | None:
+    """The first rank whose stderr shows gloo's size mismatch, as one RingBufferMismatch."""
+    for r, path in enumerate(paths):
+        try:
+            with open(path + ".stderr", errors="replace") as fh:
+                found = _GLOO_SIZES.search(fh.read())
+        except OSError:
+            continue
+        if found:
+            return RingBufferMismatch(r, len(paths), int(found.group(1)), int(found.group(2)))
+    return None
 
 
 _GRACE_S = 3.0  # after the first failure, how long the other ranks have to report theirs
@@ -507,7 +556,8 @@ def _root_error(paths) -> Exception | None:
     found = _errors(paths)
     if not found:
         return None
-    causes = [e for e in found if not _is_echo(e[1][1])] or found
+    verdicts = [e for e in found if e[1][0] in _VERDICTS]  # a broken rule is the cause
+    causes = verdicts or [e for e in found if not _is_echo(e[1][1])] or found
     first = min(e[1][3] for e in causes)
     r, payload = min(e for e in causes if e[1][3] <= first + _TOGETHER_S)
     return _rank_error(r, len(paths), payload)
@@ -515,6 +565,17 @@ def _root_error(paths) -> Exception | None:
 
 def _is_echo(message: str) -> bool:
     return any(e in message for e in _ECHOES)
+
+
+# The rank guard's verdicts (course_utils.ring_guard): they name their rank, and are the cause.
+_VERDICTS = ("RingMistake", "ReferenceUnavailable")
+
+
+def _verdict(name: str, message: str) -> Exception:
+    from .checks._core import ReferenceUnavailable
+    from .ring_guard import RingMistake
+
+    return (RingMistake if name == "RingMistake" else ReferenceUnavailable)(message)
 
 
 def _rank_error(r: int, P: int, payload) -> Exception:
@@ -534,6 +595,8 @@ def _rank_error(r: int, P: int, payload) -> Exception:
         )
     if cls is NotImplementedError:
         return NotImplementedError(message)
+    if name in _VERDICTS:
+        return _verdict(name, message)
     if cls is not None:
         try:
             return cls(text)
@@ -557,13 +620,17 @@ def _tail(path: str, n: int = 800) -> str:
 
 
 def _run_rank(comm, q, k, v, causal, softmax_scale, rank_fn):
-    attn = comm.watched(local_attention)
-    result = rank_fn(q, k, v, causal, softmax_scale, comm, attn)
+    """One rank of the learner's ring, under the rank guard (course_utils.ring_guard)."""
+    from .ring_guard import RankGuard
+
+    guard = RankGuard(comm, q, k, v)
+    attn = comm.watched(guard.recorded(local_attention))
+    result = guard.run(rank_fn, q, k, v, causal, softmax_scale, comm, attn)
     if not isinstance(result, tuple | list) or len(result) != 2:
         got = type(result).__name__
         raise TypeError(f"the rank function must return the pair (out, lse), got {got}")
     out, lse = result
-    return out, lse, comm.bytes_sent, comm.overlap()
+    return out, lse, comm.bytes_sent, comm.overlap(), guard.lse_of_partials()
 
 
 def run_learner_ring(rank_fn, q, k, v, causal: bool, P: int, softmax_scale: float | None = None):
@@ -572,6 +639,11 @@ def run_learner_ring(rank_fn, q, k, v, causal: bool, P: int, softmax_scale: floa
     Each rank r calls rank_fn(q_r, k_r, v_r, causal, softmax_scale, comm, local_attn) with its
     shard (float64 torch tensors, (B, H, n_r, d)), a RingComm and local_attention (logged, so
     that the overlap can be measured). The runner puts the ranks' outputs back in sequence order.
+
+    Each rank runs under course_utils.ring_guard's RankGuard. Raises ReferenceUnavailable (a
+    course function called inside a rank) or RingMistake (data around comm, attention on a block
+    the rank does not hold, a right output its local_attn results do not give, a receive buffer
+    smaller than the block sent), each naming its rank and the mistake.
 
     Args:
         q, k, v: (B, H, N, d) float arrays of the whole sequence.  causal: bool.
@@ -601,18 +673,25 @@ def run_learner_ring(rank_fn, q, k, v, causal: bool, P: int, softmax_scale: floa
     shards = [
         [torch.tensor(np.ascontiguousarray(s)) for s in shard(a, P)] for a in (q, k, v)
     ]  # copies: read-only inputs must not reach torch.from_numpy
-    results = launch_ring(
-        _run_rank,
-        P,
-        *shards,
-        [bool(causal)] * P,
-        [scale] * P,
-        [rank_fn] * P,
-        sizes=sizes,
-        timeout_s=15.0,  # a few ms per transfer here: 15 s is a deadlock
-    )
+    try:
+        results = launch_ring(
+            _run_rank,
+            P,
+            *shards,
+            [bool(causal)] * P,
+            [scale] * P,
+            [rank_fn] * P,
+            sizes=sizes,
+            timeout_s=15.0,  # a few ms per transfer here: 15 s is a deadlock
+        )
+    except RingBufferMismatch as exc:
+        from .ring_guard import buffer_mismatch
+
+        per_position = q.shape[0] * q.shape[1] * q.shape[3] * 8  # one float64 (B, H, ., d) row
+        raise buffer_mismatch(exc.rank, P, exc.arrived, exc.buffer, per_position) from None
+    full = [shard(a, P) for a in _full_attention(q, k, v, bool(causal), scale)]
     outs, lses = [], []
-    for r, (out, lse, _, _) in enumerate(results):
+    for r, (out, lse, _, _, lse_seen) in enumerate(results):
         n = sum(sizes[r])
         want = (q.shape[0], q.shape[1], n)
         out = _as_array(out, f"out of rank {r}")
@@ -622,11 +701,34 @@ def run_learner_ring(rank_fn, q, k, v, causal: bool, P: int, softmax_scale: floa
                 f"rank {r} returned out of shape {out.shape} and lse of shape {lse.shape}; "
                 f"expected {want + (q.shape[3],)} and {want} (its shard)"
             )
+        right = _close(out, full[0][r]) and _close(lse, full[1][r])
+        if right and not _close(lse_seen, lse):
+            from .ring_guard import outside_local_attn
+
+            raise outside_local_attn(r, P)
         outs.append(out)
         lses.append(lse)
     bytes_sent = np.array([float(r[2]) for r in results])
     overlapped = np.array([float(r[3]) for r in results])
     return unshard(outs), unshard(lses), bytes_sent, overlapped
+
+
+def _full_attention(q, k, v, causal: bool, scale: float):
+    """out (B, H, N, d), lse (B, H, N) of the whole sequence, float64 NumPy."""
+    import torch
+
+    out, lse = local_attention(*(torch.from_numpy(a) for a in (q, k, v)), causal, scale)
+    return out.numpy(), lse.numpy()
+
+
+def _close(a, b, tol: float = 1e-9) -> bool:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        return False
+    same_inf = np.isinf(a) & (a == b)
+    with np.errstate(invalid="ignore"):
+        near = np.abs(a - b) <= tol * (1 + np.abs(b))
+    return bool((same_inf | near).all())
 
 
 def _as_array(x, what: str) -> np.ndarray:

@@ -7,7 +7,8 @@ whose source is not there to read (no `inspect.getsource` then `exec`). What a l
 use stays whole: the instrumentation the grader talks to (checks._core, _wire, _remote), input
 validation, the CountingMemory of notebook 04, the KeyParts of notebook 02, the hardware facts of
 the roofline module, the Triton skeletons of notebooks 06, 08 and 09, the launchers of notebook
-06's puzzles and the ring plumbing of notebook 10 (ring_comm: processes, RingComm, the runner).
+06's puzzles and the ring plumbing of notebook 10 (ring_comm: processes, RingComm, the runner;
+ring_guard: what a rank may use).
 Names stay importable, so a notebook's imports work and only a call into an answer fails, named
 `calls-reference` by the check.
 
@@ -32,6 +33,7 @@ WHOLE = {
     "checks/_wire.py",
     "checks/_remote.py",
     "ring_comm.py",
+    "ring_guard.py",  # notebook 10's rank guard: instrumentation, run in the graded kernel
     "triton_attention/__init__.py",
     "triton_attention/bounds.py",  # the interpreter's bounds guard (no answer in it)
     "triton_attention/learner.py",

@@ -27,6 +27,7 @@ from course_utils.ring_comm import (
     RingError,
     launch_ring,
     local_attention,
+    run_learner_ring,
     shard,
     shard_sizes,
     unshard,
@@ -192,3 +193,125 @@ def _count(comm, _):
 
 def test_comm_counts_bytes_and_overlap():
     assert launch_ring(_count, 2, [None, None]) == [(20, 1.0), (20, 1.0)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the rank guard (course_utils.ring_guard) inside run_learner_ring
+# ---------------------------------------------------------------------------------------------
+
+
+def _learner_ring(before):
+    """The course's ring loop as a learner's function, after `before(comm)` has run."""
+
+    def rank_fn(q, k, v, causal, softmax_scale, comm, local_attn):
+        before(comm)
+        return _loop(q, k, v, causal, softmax_scale, comm, local_attn)
+
+    return rank_fn
+
+
+def _loop(q, k, v, causal, softmax_scale, comm, local_attn):
+    rank, P = comm.rank, comm.world_size
+    out, lse = torch.zeros_like(q), torch.full(q.shape[:3], -np.inf, dtype=q.dtype)
+    for step in range(P):
+        reqs = []
+        if step < P - 1:
+            n = sum(comm.sizes[(rank - step - 1) % P])
+            nk = torch.empty(*k.shape[:2], n, k.shape[3], dtype=k.dtype)
+            nv = torch.empty_like(nk)
+            reqs = comm.exchange([k, v], (rank + 1) % P, [nk, nv], (rank - 1) % P)
+        o, l = local_attn(q, k, v, False, softmax_scale)
+        m = torch.logaddexp(lse, l)
+        safe = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+        out = torch.exp(lse - safe)[..., None] * out + torch.exp(l - safe)[..., None] * o
+        lse = m
+        for r in reqs:
+            r.wait()
+        if reqs:
+            k, v = nk, nv
+    return out, lse
+
+
+def _qkv(N=8):
+    rng = np.random.default_rng(N)
+    return tuple(rng.normal(size=(1, 2, N, 4)) for _ in range(3))
+
+
+def _prints(comm):
+    import sys
+
+    print("rank", comm.rank, "starts", flush=True)  # to the rank's own stdout
+    sys.stdout.flush()
+
+
+@pytest.mark.parametrize("before", [lambda comm: None, _prints], ids=["plain", "prints"])
+def test_guarded_ring_runs_a_right_loop(before):
+    q, k, v = _qkv()
+    out, lse, sent, overlapped = run_learner_ring(_learner_ring(before), q, k, v, False, 2)
+    ref_out, ref_lse = _full(q, k, v, False)
+    np.testing.assert_allclose(out, ref_out, atol=1e-12)
+    np.testing.assert_allclose(lse, ref_lse, atol=1e-12)
+    assert overlapped.tolist() == [1.0, 1.0]
+
+
+def _opens_a_file(comm):
+    with open(os.devnull, "w") as fh:
+        fh.write("x")
+
+
+def _walks_the_stack(comm):
+    import sys
+
+    sys._getframe(1)
+
+
+def _gathers(comm):
+    import torch.distributed as dist
+
+    dist.barrier()
+
+
+@pytest.mark.parametrize(
+    "before, called",
+    [(_opens_a_file, "io.open"), (_walks_the_stack, "sys._getframe"), (_gathers, "barrier")],
+    ids=["open", "getframe", "dist-barrier"],
+)
+def test_guard_names_a_channel_around_comm(before, called):
+    from course_utils.ring_guard import RingMistake
+
+    q, k, v = _qkv()
+    with pytest.raises(RingMistake, match="bypasses-comm") as info:
+        run_learner_ring(_learner_ring(before), q, k, v, False, 2)
+    assert called in str(info.value).splitlines()[0] and "rank 0 of 2" in str(info.value)
+
+
+def test_guard_watches_threads_a_rank_starts():
+    from course_utils.checks._core import ReferenceUnavailable
+
+    def plan_in_a_thread(comm):
+        import threading
+
+        import course_utils.ring_attention as ring_ref
+
+        t = threading.Thread(target=lambda: ring_ref.ring_plan(comm.rank, 0, 2, False))
+        t.start()
+        t.join()
+
+    q, k, v = _qkv()
+    with pytest.raises(ReferenceUnavailable, match="ring_plan.*rank 0 of 2"):
+        run_learner_ring(_learner_ring(plan_in_a_thread), q, k, v, False, 2)
+
+
+def test_gloo_size_mismatch_is_read_from_a_rank_stderr(tmp_path):
+    from course_utils.ring_comm import _buffer_mismatch
+
+    paths = [str(tmp_path / f"rank{r}.pkl") for r in range(2)]
+    (tmp_path / "rank1.pkl.stderr").write_text(
+        "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n  what():  [enforce "
+        "fail at pair.cc:456] op.preamble.length <= op.nbytes. 320 vs 256. Received data size "
+        "doesn't match expected size."
+    )
+    found = _buffer_mismatch(paths)
+    assert (found.rank, found.arrived, found.buffer) == (1, 320, 256)
+    (tmp_path / "rank1.pkl.stderr").write_text("Connection reset by peer")
+    assert _buffer_mismatch(paths) is None
