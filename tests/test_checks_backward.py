@@ -1080,3 +1080,11 @@ def test_a_backward_written_with_torch_is_named():
     message = str(info.value)
     assert slug_of(info.value) == "array-library-in-numpy-exercise", message
     assert "computes with torch" in message
+
+
+@pytest.mark.parametrize("fn", BACKWARD_STYLES, ids=lambda f: f.__name__)
+def test_numpy_backwards_pass_the_budget_with_torch_imported(fn):
+    pytest.importorskip("torch")  # imported: the torch watch is on, and sees no torch call
+    case = C._memory_case(True)
+    report = instrumented_call(fn, case.args, case.kwargs, name="backward", memory=True)
+    assert report.peak is not None and report.peak <= C._memory_allowed(case)

@@ -1137,3 +1137,22 @@ def test_numpy_forwards_pass_the_budget_with_torch_imported(fn):
         fn, T._MEMORY_CASE.args, T._MEMORY_CASE.kwargs, name="forward", memory=True
     )
     assert report.peak is not None and report.peak > 0
+
+
+def test_the_budget_never_imports_torch():
+    """A NumPy-only lab has no torch: the refusal reads sys.modules, it imports nothing."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from course_utils.checks import tiled as T\n"
+        "from course_utils.checks._core import instrumented_call\n"
+        "def numpy_forward(Q, K, V, Br=16, Bc=16, causal=False):\n"
+        "    return Q @ K.T\n"
+        "r = instrumented_call(numpy_forward, T._MEMORY_CASE.args, T._MEMORY_CASE.kwargs,\n"
+        "                      name='f', memory=True)\n"
+        "assert r.peak > 0 and 'torch' not in sys.modules, sorted(sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
