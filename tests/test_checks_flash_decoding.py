@@ -227,7 +227,11 @@ def test_hidden_call_runs_only_random_cases_after_a_pass(tmp_path):
     fixed = len(F._chunk_cases(0, 0, not ta.INTERPRETER))
     again = run_quietly(F.check_attend_chunk, right, seed=None, trials=3)
     assert f"3 random launches (and the {fixed} fixed ones above)" in again, again
+    # used once: a third call runs them all again, and so does a visible call (seed 0)
+    assert "random" not in run_quietly(F.check_attend_chunk, right, seed=None, trials=0)
+    assert "random" not in run_quietly(F.check_attend_chunk, right, trials=0)
     # another function (a wrong one, defined after the pass) runs the fixed cases again
+    assert "match" in run_quietly(F.check_attend_chunk, right, trials=0)
     wrong = _module(tmp_path, "again_wrong", RIGHT.replace(*CHUNK_BUGS["mask-off-by-one"]))
     with pytest.raises(CheckFailure) as failure:
         run_quietly(F.check_attend_chunk, wrong, seed=None, trials=3)
