@@ -1055,3 +1055,36 @@ def test_quick_checks(check, right, wrong, hint):
         check(wrong)
     with pytest.raises(CheckFailure, match="no answer yet"):
         check(None)
+
+
+# ---- another array library: the memory budget (tracemalloc) cannot see its allocations --------
+def backward_with_torch(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
+    """A learner's shortcut: the whole P (N x N_k) in torch, from the given lse."""
+    import torch
+
+    q, k, v, o, do, lse_t = (torch.tensor(np.asarray(a)) for a in (Q, K, V, O, dO, lse))
+    tau = 1.0 / math.sqrt(Q.shape[1])
+    s = tau * q @ k.T
+    if causal:
+        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), -math.inf)
+    lse_safe = torch.where(torch.isneginf(lse_t), math.inf, lse_t)  # a row with no key: P = 0
+    p = torch.exp(s - lse_safe[:, None])
+    ds = p * (do @ v.T - (do * o).sum(1, keepdim=True))
+    return (tau * ds @ k).numpy(), (tau * ds.T @ q).numpy(), (p.T @ do).numpy()
+
+
+def test_a_backward_written_with_torch_is_named():
+    pytest.importorskip("torch")
+    with pytest.raises(CheckFailure) as info:
+        run_quietly(C.check_flash_attention_backward, backward_with_torch)
+    message = str(info.value)
+    assert slug_of(info.value) == "array-library-in-numpy-exercise", message
+    assert "computes with torch" in message
+
+
+@pytest.mark.parametrize("fn", BACKWARD_STYLES, ids=lambda f: f.__name__)
+def test_numpy_backwards_pass_the_budget_with_torch_imported(fn):
+    pytest.importorskip("torch")  # imported: the torch watch is on, and sees no torch call
+    case = C._memory_case(True)
+    report = instrumented_call(fn, case.args, case.kwargs, name="backward", memory=True)
+    assert report.peak is not None and report.peak <= C._memory_allowed(case)

@@ -34,6 +34,78 @@ def attention_block_einops_style(x, w_qkv, w_out, n_heads, attention):
     return torch.matmul(out.permute(0, 2, 1, 3).flatten(2), w_out)
 
 
+def attention_block_einsum_style(x, w_qkv, w_out, n_heads, attention):
+    """A third style: einsum projections per head from a reshaped weight; heads merged by
+    permute, contiguous and view; the backend called with a keyword."""
+    attn = gpt.resolve_attention(attention)
+    B, N, D = x.shape
+    d = D // n_heads
+    w = w_qkv.reshape(D, 3, n_heads, d)  # columns: q | k | v, each H heads of d
+    q, k, v = torch.einsum("bnD,Dthd->tbhnd", x, w).unbind(0)  # each (B, H, N, d)
+    out = attn(q, k, v, causal=True)
+    return out.permute(0, 2, 1, 3).contiguous().view(B, N, D) @ w_out
+
+
+def attention_block_per_head(x, w_qkv, w_out, n_heads, attention):
+    """A fourth style: one backend call per head, on (B, 1, N, d) slices, heads concatenated."""
+    attn = gpt.resolve_attention(attention)
+    B, N, D = x.shape
+    d = D // n_heads
+    qkv = x @ w_qkv
+    heads = []
+    for h in range(n_heads):
+        q, k, v = (qkv[:, None, :, i * D + h * d : i * D + (h + 1) * d] for i in range(3))
+        heads.append(attn(q, k, v, True)[:, 0])  # (B, N, d)
+    return torch.cat(heads, dim=-1) @ w_out
+
+
+# blocks that compute attention themselves: right numbers with the course's backends (float64)
+def always_naive(x, w_qkv, w_out, n_heads, attention):
+    return attention_block(x, w_qkv, w_out, n_heads, "naive")
+
+
+def sdpa_directly(x, w_qkv, w_out, n_heads, attention):
+    B, N, D = x.shape
+    q, k, v = (x @ w_qkv).split(D, dim=-1)
+    q, k, v = (t.view(B, N, n_heads, D // n_heads).transpose(1, 2) for t in (q, k, v))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return out.transpose(1, 2).reshape(B, N, D) @ w_out
+
+
+def softmax_inline(x, w_qkv, w_out, n_heads, attention):
+    B, N, D = x.shape
+    d = D // n_heads
+    q, k, v = (x @ w_qkv).split(D, dim=-1)
+    q, k, v = (t.reshape(B, N, n_heads, d).permute(0, 2, 1, 3) for t in (q, k, v))
+    s = q @ k.transpose(-2, -1) / math.sqrt(d)
+    s = s.masked_fill(torch.triu(torch.ones(N, N, dtype=torch.bool), 1), float("-inf"))
+    out = torch.softmax(s, dim=-1) @ v
+    return out.permute(0, 2, 1, 3).reshape(B, N, D) @ w_out
+
+
+def calls_but_discards(x, w_qkv, w_out, n_heads, attention):
+    attn = gpt.resolve_attention(attention)
+    B, N, D = x.shape
+    q, k, v = (x @ w_qkv).split(D, dim=-1)
+    q, k, v = (t.view(B, N, n_heads, D // n_heads).transpose(1, 2) for t in (q, k, v))
+    attn(q, k, v, True)  # called, and then the naive answer used
+    out = gpt.resolve_attention("naive")(q, k, v, True)
+    return out.transpose(1, 2).reshape(B, N, D) @ w_out
+
+
+def folded_heads(x, w_qkv, w_out, n_heads, attention):
+    """batch and heads folded into one axis: (B * H, N, d), which only naive attention takes."""
+    attn = gpt.resolve_attention(attention)
+    B, N, D = x.shape
+    d = D // n_heads
+    q, k, v = (x @ w_qkv).split(D, dim=-1)
+    q, k, v = (
+        t.view(B, N, n_heads, d).transpose(1, 2).reshape(B * n_heads, N, d) for t in (q, k, v)
+    )
+    out = attn(q, k, v, True).view(B, n_heads, N, d)
+    return out.transpose(1, 2).reshape(B, N, D) @ w_out
+
+
 def _block(merge=True, causal=True, prescale=False):
     def block(x, w_qkv, w_out, n_heads, attention):
         attn = gpt.resolve_attention(attention)
@@ -50,7 +122,13 @@ def _block(merge=True, causal=True, prescale=False):
 
 
 def test_right_blocks_pass():
-    for fn in (attention_block, attention_block_einops_style):
+    styles = (
+        attention_block,
+        attention_block_einops_style,
+        attention_block_einsum_style,
+        attention_block_per_head,
+    )
+    for fn in styles:
         assert "✓ attention_block" in run_quietly(checks.check_attention_block, fn)
     assert "✓" in run_quietly(checks.check_attention_block, attention_block, seed=None, trials=3)
 
@@ -76,12 +154,36 @@ def test_every_block_replay_is_named(mistake):
     assert slug_of(info.value) == mistake.slug, str(info.value)
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [always_naive, sdpa_directly, softmax_inline, calls_but_discards],
+    ids=lambda f: f.__name__,
+)
+def test_a_block_that_does_not_use_its_backend_is_named(fn):
+    assert "✓" in run_quietly(checks.check_attention_block, attention_block)
+    with pytest.raises(CheckFailure) as info:
+        run_quietly(checks.check_attention_block, fn)
+    assert slug_of(info.value) == "ignores-attention-backend", str(info.value)
+    assert "check_backend" in str(info.value)
+
+
+def test_a_backend_called_on_folded_heads_is_named():
+    with pytest.raises(CheckFailure) as info:
+        run_quietly(checks.check_attention_block, folded_heads)
+    assert slug_of(info.value) == "attention-input-shape", str(info.value)
+    assert "(4, 5, 4)" in str(info.value)  # the learner's q: (B * H, N, d)
+
+
+def test_the_check_backend_differs_from_naive_and_records():
+    backend = checks._recording_backend()
+    q, k, v = (torch.randn(1, 2, 4, 3, dtype=torch.float64) for _ in range(3))
+    ours = backend(q, k, v, True)
+    assert backend.calls == [((1, 2, 4, 3),) * 3 + (True,)]
+    assert not torch.allclose(ours, gpt.resolve_attention("naive")(q, k, v, True))
+    assert torch.allclose(ours, gpt.resolve_attention("naive")(3 * q, k, v, True))
+
+
 def test_a_fixed_backend_and_the_course_block_are_caught():
-    def always_naive(x, w_qkv, w_out, n_heads, attention):
-        return attention_block(x, w_qkv, w_out, n_heads, "naive")
-
-    run_quietly(checks.check_attention_block, always_naive)  # naive == sdpa in float64: passes
-
     def borrows(x, w_qkv, w_out, n_heads, attention):
         return gpt.attention_block(x, w_qkv, w_out, n_heads, attention)
 

@@ -132,6 +132,8 @@ CHUNK_BUGS = {
         "    return acc / l_i[:, None], (m_i + tl.math.log2(l_i)) * LN2",
     ),
     "base2-lse": ("(m_i + tl.math.log2(l_safe)) * LN2", "m_i + tl.math.log2(l_safe)"),
+    # p (float32) straight into tl.dot with a float16 v: the compiler refuses two dtypes
+    "dot-dtype-mismatch": ("tl.dot(p.to(v.dtype), v)", "tl.dot(p, v)"),
 }
 
 
@@ -217,6 +219,23 @@ def test_half_precision_state_is_named(tmp_path, which):
         run_quietly(F.check_attend_chunk, fn, seed=None, trials=3)  # as the hidden tests run
     assert slug_of(failure.value) == "half-precision-state", str(failure.value)
     assert "16 pages per split of exact scores" in str(failure.value)
+
+
+def test_hidden_call_runs_only_random_cases_after_a_pass(tmp_path):
+    right = _module(tmp_path, "again", RIGHT)
+    assert "match" in run_quietly(F.check_attend_chunk, right)
+    fixed = len(F._chunk_cases(0, 0, not ta.INTERPRETER))
+    again = run_quietly(F.check_attend_chunk, right, seed=None, trials=3)
+    assert f"3 random launches (and the {fixed} fixed ones above)" in again, again
+    # used once: a third call runs them all again, and so does a visible call (seed 0)
+    assert "random" not in run_quietly(F.check_attend_chunk, right, seed=None, trials=0)
+    assert "random" not in run_quietly(F.check_attend_chunk, right, trials=0)
+    # another function (a wrong one, defined after the pass) runs the fixed cases again
+    assert "match" in run_quietly(F.check_attend_chunk, right, trials=0)
+    wrong = _module(tmp_path, "again_wrong", RIGHT.replace(*CHUNK_BUGS["mask-off-by-one"]))
+    with pytest.raises(CheckFailure) as failure:
+        run_quietly(F.check_attend_chunk, wrong, seed=None, trials=3)
+    assert slug_of(failure.value) == "mask-off-by-one"
 
 
 @pytest.mark.parametrize("on_gpu", [False, True])

@@ -20,6 +20,11 @@ from course_utils.checks import tiled as T
 from course_utils.checks._core import instrumented_call
 from course_utils.widgets.tile_grid import FULL, MASK, SKIP, tile_kind, tile_kinds
 
+try:  # a learner's forward in torch (the memory budget refuses it); a NumPy-only lab has none
+    import torch
+except ImportError:
+    torch = None
+
 
 def causal_tile_map(N, Br, Bc):
     """A learner's answer to exercise 1, written here (not a course_utils function)."""
@@ -1021,3 +1026,133 @@ def test_quick_check_3_answered_with_br_over_d_gets_a_hint_about_br_over_d():
     with pytest.raises(CheckFailure) as info:
         T.check_quick_traffic_ratio(128 / 64)
     assert "Br / d" in str(info.value) and "the ratio for d = 128" not in str(info.value)
+
+
+# ---- another array library: the memory budget (tracemalloc) cannot see its allocations --------
+def forward_with_torch_sdpa(Q, K, V, Br=16, Bc=16, causal=False):
+    """A learner's shortcut: torch's fused attention for O and a full logsumexp for lse."""
+    import torch
+    import torch.nn.functional as F
+
+    q, k, v = (torch.tensor(np.asarray(a)) for a in (Q, K, V))
+    s = q @ k.T / math.sqrt(Q.shape[1])  # the N x N_k scores the exercise forbids
+    if causal:
+        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), -math.inf)
+    lse = torch.logsumexp(s, dim=1)
+    out = F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=causal)[0]
+    empty = torch.isneginf(lse)  # causal rows past the keys: no key, out 0
+    return torch.where(empty[:, None], 0.0, out).numpy(), lse.numpy()
+
+
+def forward_torch_tiles(Q, K, V, Br=16, Bc=16, causal=False):
+    """The notebook's loops, tile by tile, in torch (imported at the top: a global)."""
+    N, d = Q.shape
+    q_all, k_all, v_all = (torch.tensor(np.asarray(a)) for a in (Q, K, V))
+    O, lse = (
+        torch.zeros(N, V.shape[1], dtype=q_all.dtype),
+        torch.full((N,), -math.inf, dtype=torch.float64),
+    )
+    for i in range(0, N, Br):
+        q = q_all[i : i + Br]
+        rows = torch.arange(i, i + len(q))
+        m = torch.full((len(q),), -math.inf, dtype=q.dtype)
+        l, acc = (
+            torch.zeros(len(q), dtype=q.dtype),
+            torch.zeros(len(q), V.shape[1], dtype=torch.float64),
+        )
+        for j in range(0, len(K), Bc):
+            if causal and j > rows[-1]:
+                break
+            cols = torch.arange(j, min(j + Bc, len(K)))
+            s = q @ k_all[j : j + Bc].T / math.sqrt(d)
+            if causal:
+                s = torch.where(cols[None, :] <= rows[:, None], s, -math.inf)
+            m_new = torch.maximum(m, s.max(dim=1).values)
+            m_safe = torch.where(torch.isneginf(m_new), 0.0, m_new)
+            p, alpha = torch.exp(s - m_safe[:, None]), torch.exp(m - m_safe)
+            l, acc = alpha * l + p.sum(1), alpha[:, None] * acc + p @ v_all[j : j + Bc].double()
+            m = m_new
+        seen = l > 0
+        O[rows[seen]] = (acc[seen] / l[seen, None]).to(O.dtype)
+        lse[rows[seen]] = (m[seen] + torch.log(l[seen])).to(lse.dtype)
+    return O.numpy(), lse.numpy()
+
+
+@pytest.mark.parametrize(
+    "fn", [forward_with_torch_sdpa, forward_torch_tiles], ids=lambda f: f.__name__
+)
+def test_a_forward_written_with_torch_is_named(fn):
+    pytest.importorskip("torch")
+    with pytest.raises(CheckFailure) as info:
+        run_quietly(T.check_flash_attention_forward, fn)
+    message = str(info.value)
+    assert slug_of(info.value) == "array-library-in-numpy-exercise", message
+    assert "computes with torch" in message
+
+
+def test_torch_reached_without_its_name_is_seen_by_its_calls():
+    pytest.importorskip("torch")
+
+    def sneaky(Q, K, V, Br=16, Bc=16, causal=False):
+        import importlib
+
+        lib = importlib.import_module("to" + "rch")
+        s = lib.tensor(np.asarray(Q)) @ lib.tensor(np.asarray(K)).T
+        return s.numpy()
+
+    with pytest.raises(CheckFailure) as info:
+        instrumented_call(sneaky, T._MEMORY_CASE.args, T._MEMORY_CASE.kwargs, name="f", memory=True)
+    assert slug_of(info.value) == "array-library-in-numpy-exercise", str(info.value)
+
+
+def test_other_array_libraries_are_named_by_what_the_code_refers_to():
+    import types
+
+    from course_utils.checks._array_libraries import libraries_named
+
+    jnp = types.ModuleType("jax.numpy")  # JAX is not installed here: a module of that name
+
+    def helper(x):
+        return jnp.exp(x)
+
+    def with_jax(Q, K, V, Br=16, Bc=16, causal=False):
+        return helper(Q)
+
+    def imports_cupy(Q, K, V, Br=16, Bc=16, causal=False):
+        import cupy  # noqa: F401 (never run: read, not called)
+
+    def numpy_only(Q, K, V, Br=16, Bc=16, causal=False):
+        return flash_attention_forward(Q, K, V, Br, Bc, causal)
+
+    assert libraries_named(with_jax) == {"JAX"}
+    assert libraries_named(imports_cupy) == {"CuPy"}
+    assert libraries_named(numpy_only) == set()
+    assert libraries_named(forward_with_torch_sdpa) == {"torch"}
+
+
+@pytest.mark.parametrize("fn", RIGHT_STYLES, ids=lambda f: f.__name__)
+def test_numpy_forwards_pass_the_budget_with_torch_imported(fn):
+    pytest.importorskip("torch")  # imported: the torch watch is on, and sees no torch call
+    report = instrumented_call(
+        fn, T._MEMORY_CASE.args, T._MEMORY_CASE.kwargs, name="forward", memory=True
+    )
+    assert report.peak is not None and report.peak > 0
+
+
+def test_the_budget_never_imports_torch():
+    """A NumPy-only lab has no torch: the refusal reads sys.modules, it imports nothing."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from course_utils.checks import tiled as T\n"
+        "from course_utils.checks._core import instrumented_call\n"
+        "def numpy_forward(Q, K, V, Br=16, Bc=16, causal=False):\n"
+        "    return Q @ K.T\n"
+        "r = instrumented_call(numpy_forward, T._MEMORY_CASE.args, T._MEMORY_CASE.kwargs,\n"
+        "                      name='f', memory=True)\n"
+        "assert r.peak > 0 and 'torch' not in sys.modules, sorted(sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

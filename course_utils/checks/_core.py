@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._array_libraries import array_libraries_used
+
 
 class CheckFailure(AssertionError):
     """A check found a wrong result; the message explains what and why.
@@ -904,7 +906,9 @@ def instrumented_call(
     """Call the learner's fn on read-only copies of args, under the watch; return a CallReport.
 
     trace: the arguments (positions or keyword names) handed over as Traced arrays.
-    memory: measure the peak of new allocations during the call (tracemalloc).
+    memory: measure the peak of new allocations during the call (tracemalloc), and refuse
+        torch, JAX, CuPy, TensorFlow, Numba and MLX, whose allocations it cannot see
+        (`array-library-in-numpy-exercise`, _array_libraries).
     spy: names of the learner's own helpers (in fn's globals) whose calls are recorded.
 
     Raises NotImplementedError unchanged (an exercise not done yet), _LearnerRaised for any other
@@ -939,6 +943,7 @@ def instrumented_call(
             _quiet(),
             _spying(fn, spy, report.calls),
             _conversions_keep_tracing() if trace else contextlib.nullcontext(),
+            array_libraries_used(fn) if memory else contextlib.nullcontext(()) as libraries,
         ):
             if memory:
                 started_tracemalloc = not tracemalloc.is_tracing()
@@ -976,6 +981,8 @@ def instrumented_call(
         )
     if watch.called:
         raise CheckFailure(_calls_reference_message(name, watch.called))
+    if libraries:
+        raise CheckFailure(_array_library_message(name, libraries))
     report.result = _plain_result(result)
     return report
 
@@ -1070,6 +1077,29 @@ MUTATES_INPUT = Mistake(
     ),
     fn=lambda *a, **k: None,
 )
+
+FOREIGN_ARRAYS = Mistake(
+    slug="array-library-in-numpy-exercise",
+    title="a NumPy exercise computed with another array library",
+    explanation=(
+        "The exercise's memory budget counts what NumPy allocates (tracemalloc); torch, JAX, "
+        "CuPy, TensorFlow, Numba and MLX allocate outside its sight, so it cannot tell a tiled "
+        "computation from one that builds the forbidden array. Write it with NumPy arrays: the "
+        "point is the algorithm, which a fused library call would hide."
+    ),
+    fn=lambda *a, **k: None,
+)
+
+
+def _array_library_message(name: str, libraries: Sequence[str]) -> str:
+    """The failure of a memory-budgeted call that used torch, JAX, ... (_array_libraries)."""
+    return (
+        f"✗ {name} computes with {' and '.join(libraries)} in a NumPy exercise, where the memory "
+        f"budget sees only NumPy's arrays.\n"
+        f"  likely mistake: {FOREIGN_ARRAYS.title} [misconception: {FOREIGN_ARRAYS.slug}]\n"
+        f"  {FOREIGN_ARRAYS.explanation}"
+    )
+
 
 DISABLES_CHECK = Mistake(
     slug="disables-check",

@@ -3,7 +3,9 @@
     check_attention_block(fn)        fn(x, w_qkv, w_out, n_heads, attention) -> (B, N, d_model):
                                      split into heads, causal attention by `attention`, heads
                                      merged back, w_out; against course_utils.gpt.attention_block
-                                     in float64 (attention "naive" and "sdpa")
+                                     in float64 (attention "naive", "sdpa" and a recording
+                                     backend of the check's own whose output differs: the
+                                     block must call what it is given)
     check_saved_bytes(fn)            fn(B, H, N, d, bytes_per_element) -> (naive, flash): the
                                      bytes autograd keeps for the backward pass; naive measured
                                      here with saved_tensors_hooks on real tensors, flash by the
@@ -23,7 +25,7 @@ import math
 
 import numpy as np
 
-from ._core import Case, Mistake, hinted_answer, run_cases
+from ._core import Case, Mistake, Rule, hinted_answer, run_cases
 
 __all__ = [
     "BLOCK_MISTAKES",
@@ -33,8 +35,15 @@ __all__ = [
     "check_saved_bytes",
 ]
 
-# what the learner's attention_block may call in course_utils: the backend lookup and backends
-ALLOWED = ("resolve_attention", "naive_attention", "sdpa_attention", "course_attention")
+# what the learner's attention_block may call in course_utils: the backend lookup and backends,
+# and the check's own backend (_recording_backend)
+ALLOWED = (
+    "resolve_attention",
+    "naive_attention",
+    "sdpa_attention",
+    "course_attention",
+    "check_backend",
+)
 
 # ---------------------------------------------------------------------------------------------
 # attention_block
@@ -58,6 +67,49 @@ def _attend(q, k, v, causal):
     return torch.softmax(s, dim=-1) @ v
 
 
+# the check's backend multiplies the scores by 3: a softmax of its own (not 2: with d = 4, a q
+# divided by sqrt(d) before it would give naive attention back)
+BACKEND_SHARPNESS = 3.0
+
+
+def _sharp_attend(q, k, v, causal):
+    """What the check's backend returns: causal attention of scores 3 q k^T / sqrt(d)."""
+    return _attend(q * BACKEND_SHARPNESS, k, v, causal)
+
+
+def _attend_for(attention):
+    """The check's own computation of what the backend `attention` returns (a name: attention
+    itself, the backends agree in float64; the check's backend: the sharper softmax)."""
+    return _sharp_attend if callable(attention) else _attend
+
+
+class _RecordingBackend:
+    """A backend of the check's own, attention(q, k, v, causal) -> out, that records its calls.
+
+    Its output is not attention's (scores times 3, _sharp_attend), so the check predicts what a
+    block that uses it returns and tells it from a block that computes attention some other way
+    (always naive, SDPA called directly, attention written inline): in float64 the course's
+    backends agree, and only a backend that differs shows that the one given is the one used.
+    Calling it runs `check_backend` (a name in ALLOWED: the learner's block may call it).
+    """
+
+    def __init__(self):
+        self.calls = []  # [(q.shape, k.shape, v.shape, causal), ...]
+
+    def check_backend(self, q, k, v, causal):
+        self.calls.append(tuple(tuple(t.shape) for t in (q, k, v)) + (causal,))
+        return _sharp_attend(q, k, v, causal)
+
+    __call__ = check_backend
+
+    def __repr__(self) -> str:
+        return "check_backend (the check's own: scores x 3)"
+
+
+def _recording_backend() -> _RecordingBackend:
+    return _RecordingBackend()
+
+
 def _block_replay(
     *,
     split_transposed=True,
@@ -66,10 +118,12 @@ def _block_replay(
     prescale=False,
     interleaved=False,
     project=True,
+    own_attention=False,
 ):
     """attention_block with one bug; the same signature, float64 torch."""
 
     def block(x, w_qkv, w_out, n_heads, attention):
+        attend = _attend if own_attention else _attend_for(attention)
         B, N, D = x.shape
         H, d = n_heads, D // n_heads
         qkv = x @ w_qkv
@@ -84,7 +138,7 @@ def _block_replay(
                 q, k, v = (t.reshape(B, H, N, d) for t in (q, k, v))
         if prescale:
             q = q / math.sqrt(d)
-        out = _attend(q, k, v, causal)
+        out = attend(q, k, v, causal)
         out = out.transpose(1, 2).reshape(B, N, D) if merge_transposed else out.reshape(B, N, D)
         return (out @ w_out if project else out).numpy()  # NumPy: what the feedback prints
 
@@ -93,6 +147,19 @@ def _block_replay(
 
 def _block_reference(x, w_qkv, w_out, n_heads, attention):
     return _block_replay()(x, w_qkv, w_out, n_heads, attention)
+
+
+IGNORES_BACKEND = Mistake(
+    "ignores-attention-backend",
+    "the block computes attention itself instead of calling the `attention` it is given",
+    "The point of the block is that any backend drops in: naive, SDPA, the course's kernel, "
+    "yours. A block that always uses one backend (or SDPA or softmax written inline) trains "
+    "the capstone without your kernel. Turn the argument into a function, "
+    "attn = gpt.resolve_attention(attention), and return what attn(q, k, v, True) gives. "
+    "This case passed a backend of the check's own whose softmax is sharper (scores x 3): "
+    "a block that uses it returns a different answer than naive attention.",
+    _block_replay(own_attention=True),
+)
 
 
 BLOCK_MISTAKES = [
@@ -148,7 +215,17 @@ BLOCK_MISTAKES = [
         "The heads, put back side by side, still go through w_out: return out @ w_out.",
         _block_replay(project=False),
     ),
+    IGNORES_BACKEND,
 ]
+
+BACKEND_SHAPE = Mistake(
+    "attention-input-shape",
+    "attention called on q, k, v that are not (B, H, N, d)",
+    "The backends take q, k, v of shape (B, H, N, d) (your Triton kernel launches one program "
+    "per (batch, head) from those axes): view (B, N, d_model) as (B, N, H, d) and transpose(1, 2). "
+    "Folding batch and heads into one axis works with naive attention only.",
+    None,
+)
 
 
 def _block_case(seed, B, N, D, H, attention, label, focus):
@@ -176,6 +253,8 @@ def _block_cases(seed: int | None = 0, trials: int = 0) -> list[Case]:
                     "the batch axis kept apart; heads merged back in order"),
         _block_case(4, 2, 6, 8, 2, "sdpa", "the sdpa backend",
                     "the `attention` argument used (resolve_attention), not a fixed backend"),
+        _block_case(5, 2, 5, 8, 2, _recording_backend(), "a backend of the check's own",
+                    "attn = gpt.resolve_attention(attention); its result is the heads' output"),
     ]  # fmt: skip
     rng = np.random.default_rng(seed)  # seed None: fresh inputs at every call (hidden tests)
     for t in range(trials):
@@ -195,9 +274,36 @@ def _block_cases(seed: int | None = 0, trials: int = 0) -> list[Case]:
     return cases
 
 
+def _backend_rule() -> Rule:
+    """The block calls the backend it is given, on (B, H, N, d) tensors, with causal=True."""
+    B, N, D, H = 2, 5, 8, 2
+    backend = _recording_backend()
+    case = _block_case(6, B, N, D, H, backend, "a backend of the check's own", "")
+    want = (B, N, D // H)
+
+    def judge(report, case):
+        calls = backend.calls
+        if not calls:  # values right without calling it: cannot happen while it differs
+            return IGNORES_BACKEND, "your block returned without calling `attention`"
+        for *shapes, causal in calls:
+            four_d = all(len(s) == 4 and (s[0], s[2], s[3]) == want for s in shapes)
+            if not four_d or causal not in (True,):
+                return BACKEND_SHAPE, (
+                    f"your block called attention(q, k, v, causal) with q {shapes[0]}, k "
+                    f"{shapes[1]}, v {shapes[2]}, causal={causal!r}; expected (B, H, N, d) = "
+                    f"{(B, H, N, D // H)} each, causal=True"
+                )
+        return None
+
+    return Rule(case, judge, "attention(q, k, v, True) called on (B, H, N, d) tensors")
+
+
 def check_attention_block(fn, seed: int | None = 0, trials: int = 0) -> None:
     """Check attention_block(x, w_qkv, w_out, n_heads, attention) on float64 torch tensors
-    against the course's block (naive and sdpa backends, one to three heads, batches).
+    against the course's block (naive and sdpa backends, one to three heads, batches), and that
+    the block calls the backend it is given: one case passes the check's own (check_backend,
+    scores x 3, recording its calls), whose output the block must return, called on (B, H, N, d)
+    tensors with causal=True.
 
     trials: random cases added after the fixed ones (sizes and inputs from seed; None: fresh
     ones at every call, the hidden tests)."""
@@ -211,7 +317,9 @@ def check_attention_block(fn, seed: int | None = 0, trials: int = 0) -> None:
         rtol=1e-9,
         atol=1e-9,
         allow=ALLOWED,
-        summary="float64, one to three heads, a batch, the naive and sdpa backends",
+        rules=[_backend_rule()],
+        summary="float64, one to three heads, a batch, the naive and sdpa backends and one of "
+        "the check's own (it must be the one called)",
     )
 
 

@@ -54,6 +54,7 @@ from .triton_kernel import (
     _nothing_on_stderr,
     _raised_failure,
 )
+from .triton_puzzles import _dtype_hint
 
 __all__ = [
     "CHUNK_LSE_MISTAKES",
@@ -505,9 +506,9 @@ def _chunk_cases(seed, trials, on_gpu: bool) -> list[DecodeCase]:
                    1, seed=1),
         DecodeCase("45 tokens in three shuffled pages, two splits, GQA 2/1", 2, 1, small, 16,
                    (45,), 2, seed=2),
-        DecodeCase("ragged batch: lengths 1, 40 and 17, three splits (empty chunks)", 4, 2,
+        DecodeCase("ragged batch: lengths 1, 40 and 17, three splits (empty chunks)", 2, 1,
                    small, 16, (1, 40, 17), 3, seed=3),
-        DecodeCase("a sequence of length 0 beside one of 20", 2, 2, small, 16, (0, 20), 2,
+        DecodeCase("a sequence of length 0 beside one of 20", 2, 1, small, 16, (0, 20), 2,
                    seed=4),
         DecodeCase("scores of several hundred (q drawn 100 times larger)", 2, 1, small, 16,
                    (50,), 2, seed=5, q_scale=100.0),
@@ -527,7 +528,7 @@ def _chunk_cases(seed, trials, on_gpu: bool) -> list[DecodeCase]:
         kv_heads = int(rng.integers(1, 3))
         group = int(rng.choice([1, 2, 4]))
         page = int(rng.choice([16, 32]))
-        batch = int(rng.integers(1, 4))
+        batch = int(rng.integers(1, 3))  # at most 2 x 2 x 4 programs: each costs ~0.1 s
         lens = tuple(int(x) for x in rng.integers(0, 4 * page, size=batch))
         case = DecodeCase(
             f"random case {t + 1}",
@@ -567,7 +568,9 @@ def check_attend_chunk(attend_chunk: Callable, seed: int | None = 0, trials: int
     float16 in the interpreter, 2e-2 in half precision on a GPU; -inf exactly where a chunk is
     empty. The float32 state's case (STATE_CHUNK_CASE, on the interpreter and on the GPU) is
     exact in float32 up to the final division: to 1e-5 (out) and 1e-6 (lse), it refuses a
-    running max, sum or accumulator kept in float16.
+    running max, sum or accumulator kept in float16. A call with seed=None right after a pass on
+    the same function (the hidden tests, after the visible call in the same cell) runs only its
+    random cases: the fixed ones are seeded, the same launches, and passed a moment ago.
 
     Raises:
         NotImplementedError: attend_chunk is still the exercise's stub.
@@ -575,17 +578,21 @@ def check_attend_chunk(attend_chunk: Callable, seed: int | None = 0, trials: int
     """
     name = "attend_chunk"
     with _nothing_on_stderr():
-        launches, on_gpu = _check_attend_chunk(name, attend_chunk, seed, trials)
+        launches, reused, on_gpu = _check_attend_chunk(name, attend_chunk, seed, trials)
     where = (
         "float16 and bfloat16 on the GPU" if on_gpu else "float32 and float16 in the interpreter"
     )
+    if reused:  # the hidden tests' call, after the visible one on the same function
+        launches = f"{launches} random launches (and the {reused} fixed ones above)"
+    else:
+        launches = f"{launches} launches"
     print(
-        f"✓ {name}: {launches} launches match float64 attention on every chunk ({where}; shuffled "
+        f"✓ {name}: {launches} match float64 attention on every chunk ({where}; shuffled "
         "pages, ragged lengths, 0 and 1 tokens, empty chunks, GQA, scores of several hundred)"
     )
 
 
-def _check_attend_chunk(name, attend_chunk, seed, trials) -> tuple[int, bool]:
+def _check_attend_chunk(name, attend_chunk, seed, trials) -> tuple[int, int, bool]:
     from ..triton_attention import INTERPRETER
     from ..triton_attention.learner import check_learner_function
 
@@ -597,6 +604,13 @@ def _check_attend_chunk(name, attend_chunk, seed, trials) -> tuple[int, bool]:
             raise CheckFailure(f"✗ {name}: {err}") from None
     on_gpu = not INTERPRETER
     cases = _chunk_cases(seed, trials, on_gpu)
+    fixed = len(_chunk_cases(0, 0, on_gpu))  # the same for every seed: the first cases
+    key = (attend_chunk, getattr(attend_chunk, "src", None), on_gpu)
+    # consumed by this call: only the call right after a full pass (the hidden tests' call, in the
+    # same cell as the visible one) may reuse it, and only with fresh random cases (seed None)
+    previous = _FIXED_PASSED.pop("key", None)
+    reused = fixed if seed is None and previous == key else 0
+    cases = cases[reused:]  # after the visible call on the same function: the random ones only
     for case in cases:
         tensors, (q64, k64, v64, table, lens) = decode_inputs(case)
         scale = case.softmax_scale
@@ -610,7 +624,7 @@ def _check_attend_chunk(name, attend_chunk, seed, trials) -> tuple[int, bool]:
         except _LearnerRaised as err:
             if isinstance(err.exc, TypeError) and "@triton.jit" in str(err.exc):
                 raise CheckFailure(f"✗ {name}: {err.exc}") from None
-            raise _raised_failure(name, case, err.exc) from None
+            raise _chunk_raised(name, case, err.exc) from None
         yours = tuple(_as_array(x) for x in result)
         args = (q64, k64, v64, table, lens, scale, case.num_splits)
         expected = reference_partials(*args)
@@ -636,7 +650,27 @@ def _check_attend_chunk(name, attend_chunk, seed, trials) -> tuple[int, bool]:
                     tol, mistake, case.focus(),
                 )
             )  # fmt: skip
-    return len(cases), on_gpu
+    if not reused:
+        _FIXED_PASSED["key"] = key
+    return len(cases), reused, on_gpu
+
+
+# The attend_chunk (the function object and its source) whose call of the check just passed the
+# fixed cases: the hidden tests call the check again at once, on the same function, with random
+# cases added (seed None), and the fixed cases (seeded: the same launches) would only run twice.
+# Any other call in between forgets it, so a learner who edits a helper of attend_chunk and runs
+# the check cell again gets every fixed case again (the visible call never reuses).
+_FIXED_PASSED: dict = {}
+
+
+def _chunk_raised(name, case, exc) -> CheckFailure:
+    """The kernel's error with its input; tl.dot's operands of two dtypes named as the mistake
+    (dot-dtype-mismatch, as notebook 06 names it) instead of the generic hint."""
+    failure = _raised_failure(name, case, exc)
+    named = _dtype_hint(exc)
+    if not named:
+        return failure
+    return CheckFailure(str(failure).split("\n  hint: ")[0] + named)
 
 
 # ---- exercise 2: merge_splits --------------------------------------------------------------------
