@@ -34,7 +34,14 @@ import math
 
 import numpy as np
 
-from ._core import CheckFailure, Mistake, describe, matches_in_norm, worst_row
+from ._core import (
+    CheckFailure,
+    Mistake,
+    describe,
+    matches_in_norm,
+    misconception_slug,
+    worst_row,
+)
 from .triton_backward import (
     _RUNNERS,
     BwdCase,
@@ -242,6 +249,19 @@ def _returned_shapes(returned) -> str:
     return ", ".join(one(x) for x in returned)
 
 
+def _saved_explains(runner, case, q, k, v, q64, k64, v64, out64, lse64) -> None:
+    """After the backward raised: apply the Function once more, forward only, and judge what it
+    saved (an lse saved in bfloat16 that the launcher then refuses is `lse-dtype`). Returns
+    when the saved tensors are right or cannot be read."""
+    try:
+        result = _call(NAME, runner, case, q, k, v, case.causal, case.softmax_scale, [],
+                       allow=ALLOW)  # fmt: skip
+    except CheckFailure:
+        return
+    if isinstance(result, dict) and {"saved", "attributes"} <= set(result):
+        _judge_saved(case, result, q64, k64, v64, out64, lse64)
+
+
 def _judge_returned(case, result) -> None:
     """Autograd refused what backward returned: name why, with the learner's `return` line."""
     refused = result["refused"]
@@ -354,8 +374,13 @@ def check_attention_function(function, seed: int | None = 0) -> None:
             (q, k, v, _), _, (q64, k64, v64, _, out64, lse64, _) = _inputs(case)
             gen = torch.Generator().manual_seed(case.seed + (seed or 0))
             dos = [torch.randn(q.shape, generator=gen).to(q.dtype) for _ in range(n_cotangents)]
-            result = _call(NAME, runner, case, q, k, v, case.causal, case.softmax_scale, dos,
-                           allow=ALLOW)  # fmt: skip
+            try:
+                result = _call(NAME, runner, case, q, k, v, case.causal, case.softmax_scale, dos,
+                               allow=ALLOW)  # fmt: skip
+            except CheckFailure as failure:
+                if misconception_slug(str(failure)) is None:  # what it saved may say why
+                    _saved_explains(runner, case, q, k, v, q64, k64, v64, out64, lse64)
+                raise
             if not isinstance(result, dict) or set(result) != _KEYS:
                 raise CheckFailure(f"✗ {NAME}: the runner's answer could not be read")
             _judge_saved(case, result, q64, k64, v64, out64, lse64)
