@@ -95,7 +95,33 @@ SCALE_INSIDE = (  # style 3: the scale folded into dS inside the loop; D from tl
 )
 
 
-@pytest.mark.parametrize("edits", [NATURAL_LOG, SCALE_INSIDE], ids=["natural-log", "scale-inside"])
+BY_TILE_INDEX = (  # style 4: plain tl.load with its own masks for D; loops over tile indices
+    (
+        "o = load_tile(out_ptr + head, start_m, seqlen_q, BLOCK_M, HEAD_DIM, BLOCK_D)\n"
+        "    do = load_tile(do_ptr + head, start_m, seqlen_q, BLOCK_M, HEAD_DIM, BLOCK_D)",
+        "rows = start_m + tl.arange(0, BLOCK_M)\n"
+        "    cols = tl.arange(0, BLOCK_D)\n"
+        "    inside = (rows < seqlen_q)[:, None] & (cols < HEAD_DIM)[None, :]\n"
+        "    at = head + rows[:, None] * HEAD_DIM + cols[None, :]\n"
+        "    o = tl.load(out_ptr + at, mask=inside, other=0.0)\n"
+        "    do = tl.load(do_ptr + at, mask=inside, other=0.0)",
+    ),
+    (
+        "for start_m in range(lo, seqlen_q, BLOCK_M):",
+        "for i in range(lo // BLOCK_M, tl.cdiv(seqlen_q, BLOCK_M)):\n        start_m = i * BLOCK_M",
+    ),
+    (
+        "for start_n in range(0, hi, BLOCK_N):",
+        "for j in range(0, tl.cdiv(hi, BLOCK_N)):\n        start_n = j * BLOCK_N",
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    "edits",
+    [NATURAL_LOG, SCALE_INSIDE, BY_TILE_INDEX],
+    ids=["natural-log", "scale-inside", "by-tile"],
+)
 def test_other_right_styles_pass(tmp_path, edits):
     m = variant(tmp_path, *edits)
     run_quietly(C.check_bwd_preprocess, m.bwd_preprocess_kernel)
