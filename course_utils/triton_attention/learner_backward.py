@@ -435,6 +435,10 @@ def _score_watch(n_q: int, n_k: int):
     class ScoreWatch(TorchDispatchMode):
         seen: list = []
 
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:  # no torch.compile here: no torch._dynamo import
+            return False  # (3 s, once per process, in the check's time)
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if not self.seen:
