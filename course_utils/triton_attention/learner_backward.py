@@ -21,6 +21,9 @@ starts bh * N * HEAD_DIM elements in. HEAD_DIM is d, BLOCK_D is d rounded up to 
     learner_backward            launches the three kernels: (dq, dk, dv), as flash_attention_bwd
     run_learner_*               one check launch each, returning tensors (and, in the
                                 interpreter, how many tl.dot the launch ran)
+    run_learner_function        the check's run of the learner's autograd.Function: what it
+                                saved, and per backward the Triton kernels it launched, the
+                                first N_q x N_k tensor a torch operation built, what it returned
 
 Simpler than backward.py on purpose: pointer loads, one loop that masks every tile, no autotuning.
 An exercise not done yet (`raise NotImplementedError()` in a kernel) raises NotWrittenError (a
