@@ -29,6 +29,7 @@ judging happens here.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -72,22 +73,25 @@ _CALL = (
 
 def _function_cases() -> list[tuple[BwdCase, int]]:
     """(case, cotangents): the first case runs backward twice on one graph (a backward that
-    changes its saved tensors in place, or ignores dO, shows there)."""
+    changes its saved tensors in place, or ignores dO, shows there). learner_backward picks
+    the tiles: the cases' own are not used."""
     if _on_gpu():
         dtype = "float16"
-        return [
+        cases = [
             (BwdCase("N_q != N_k", "N_q != N_k", 1, 2, 100, 130, 64, False, dtype=dtype, seed=11),
              2),
             (BwdCase("causal, N = 257, softmax_scale = 0.1", "causal", 2, 2, 257, 257, 64, True,
                      dtype=dtype, seed=12, softmax_scale=0.1), 1),
         ]  # fmt: skip
-    return [
-        (BwdCase("N_q = 20, N_k = 24", "N_q != N_k", 1, 2, 20, 24, 16, False, seed=11), 2),
-        (BwdCase("causal, ragged N = 21, softmax_scale = 0.3", "causal", 1, 1, 21, 21, 16, True,
-                 seed=12, softmax_scale=0.3), 1),
-        (BwdCase("d = 24, bfloat16 (run in float32 by the interpreter)", "bfloat16", 1, 1, 18,
-                 18, 24, False, dtype="bfloat16", seed=13), 1),
-    ]  # fmt: skip
+    else:
+        cases = [
+            (BwdCase("N_q = 20, N_k = 24", "N_q != N_k", 1, 2, 20, 24, 16, False, seed=11), 2),
+            (BwdCase("causal, ragged N = 21, softmax_scale = 0.3", "causal", 1, 1, 21, 21, 16,
+                     True, seed=12, softmax_scale=0.3), 1),
+            (BwdCase("d = 24, bfloat16 (run in float32 by the interpreter)", "bfloat16", 1, 1,
+                     18, 18, 24, False, dtype="bfloat16", seed=13), 1),
+        ]  # fmt: skip
+    return [(dataclasses.replace(c, kernel="function"), n) for c, n in cases]
 
 
 def _none(*args):
