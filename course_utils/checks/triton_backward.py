@@ -4,17 +4,17 @@
     check_dkdv_kernel(kernel)           dK, dV by the learner's kernel (K/V stationary), given
                                         the check's own float32 lse and D; causal tile skipping
     check_dq_kernel(kernel)             dQ by the learner's kernel (Q stationary)
-    check_attention_function(function)  the learner's torch.autograd.Function: what it saves
-                                        (grad_fn.saved_tensors) and its gradients, against
-                                        float64 autograd and float64 finite differences
     check_quick_*(answer)               the notebook's quick checks
+
+Exercise 4, the learner's torch.autograd.Function, is checked by triton_backward_function, over
+the cases, references and runner of this module.
 
 Where things run. Each kernel is launched by course_utils.triton_attention.learner_backward
 (run_learner_*), through call_learner: in the learner's kernel when a submission is graded, so
 only tensors (and a count of tl.dot) come back. Everything else happens here, in the caller's
-process: the float64 references (torch autograd of naive attention), the float64 replays of known
-mistakes (a mistake is named only when its replay matches the learner's output on the failing
-case), the inspection of the saved tensors, and the finite-difference test of the gradients.
+process: the float64 references (torch autograd of naive attention) and the float64 replays of
+known mistakes (a mistake is named only when its replay matches the learner's output on the
+failing case).
 
 Tolerances (relative error, ||yours - expected|| / ||expected||): float32 in Triton's interpreter
 1e-4 (the kernels' only error is float32 rounding, about 1e-7); float16 2e-3 in the interpreter;
@@ -41,10 +41,7 @@ from ._core import (
     _stage_header,
     call_learner,
     closest_mistake,
-    describe,
-    matches_in_norm,
     mismatch_lines,
-    worst_row,
 )
 from ._core import hinted_answer as _hinted
 from .triton_kernel import _nothing_on_stderr, _raised_failure, _rel_err
@@ -52,9 +49,7 @@ from .triton_kernel import _nothing_on_stderr, _raised_failure, _rel_err
 __all__ = [
     "DKDV_MISTAKES",
     "DQ_MISTAKES",
-    "FUNCTION_MISTAKES",
     "PREPROCESS_MISTAKES",
-    "check_attention_function",
     "check_bwd_preprocess",
     "check_dkdv_kernel",
     "check_dq_kernel",
@@ -67,6 +62,7 @@ __all__ = [
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 _RUNNERS = "course_utils.triton_attention.learner_backward"
+PREPROCESS_BLOCK_M = 32  # the launcher's rows per program of the preprocess kernel
 
 
 # ---- float64 references and replays of known mistakes ------------------------------------------
@@ -336,17 +332,30 @@ class BwdCase:
     def scale(self) -> float:
         return self.softmax_scale if self.softmax_scale is not None else 1.0 / math.sqrt(self.d)
 
+    kernel: str = "grad"  # "grad" (dK/dV or dQ), "preprocess" (D), "function" (exercise 4)
+
     def describe(self) -> str:
-        return (
+        if self.kernel == "preprocess":  # D = rowsum(dO * O) reads out and dO, writes D
+            return (
+                f"out and dO ({self.batch}, {self.heads}, {self.n_q}, {self.d}) {self.dtype}, "
+                f"D ({self.batch}, {self.heads}, {self.n_q}) float32, BLOCK_M = "
+                f"{PREPROCESS_BLOCK_M} rows per program"
+            )
+        text = (
             f"q ({self.batch}, {self.heads}, {self.n_q}, {self.d}), k and v "
             f"({self.batch}, {self.heads}, {self.n_k}, {self.d}), {self.dtype}, "
-            f"causal={self.causal}, softmax_scale = {self.scale:.4g}, BLOCK_M = {self.block_m}, "
-            f"BLOCK_N = {self.block_n}"
+            f"causal={self.causal}, softmax_scale = {self.scale:.4g}"
         )
+        if self.kernel == "function":  # learner_backward picks the tiles
+            return text
+        return text + f", BLOCK_M = {self.block_m}, BLOCK_N = {self.block_n}"
 
     def focus(self) -> str:
         parts = []
-        if self.n_q % self.block_m or self.n_k % self.block_n:
+        if self.kernel == "preprocess":
+            if self.n_q % PREPROCESS_BLOCK_M:
+                parts.append("the ragged last tile of rows (rows past seqlen_q masked)")
+        elif self.n_q % self.block_m or self.n_k % self.block_n:
             parts.append("the ragged last tiles (rows past seqlen_q or seqlen_k masked)")
         if self.causal:
             parts.append("the causal mask in the diagonal tile")
@@ -355,9 +364,13 @@ class BwdCase:
         if self.batch * self.heads > 1:
             parts.append("the (batch, head) offsets")
         if self.dtype != "float32":
-            parts.append(f"{self.dtype} inputs (P and dS cast to it for tl.dot, sums in float32)")
+            parts.append(
+                f"{self.dtype} inputs (products and sum in float32)" if self.kernel == "preprocess"
+                else f"{self.dtype} inputs (P and dS cast to it for tl.dot, sums in float32)"
+            )  # fmt: skip
         if not parts:
-            parts.append("the formulas of the backward on whole tiles")
+            parts.append("D on whole tiles" if self.kernel == "preprocess"
+                         else "the formulas of the backward on whole tiles")  # fmt: skip
         return "; ".join(parts)
 
 
@@ -381,6 +394,9 @@ STATE_CASE = BwdCase(
     16, False, 16, 16, "float16", seed=21, exact=True,
 )  # fmt: skip
 STATE_TOL = 1e-3
+# The causal case whose tl.dot count (interpreter) is compared with its non-causal twin's: 6 of
+# its 9 tile pairs see a key
+SKIP_CASE = BwdCase("causal, three tiles a side", "causal", 1, 1, 48, 48, 16, True, seed=4)
 
 
 def _exact_inputs(case: BwdCase, gen):
@@ -431,11 +447,11 @@ def _kernel_cases(seed, trials: int, fixed: bool = True) -> list[BwdCase]:
     else:
         cases = [
             BwdCase("one tile", "one tile", 1, 1, 16, 16, 16, False, seed=1),
-            BwdCase("several tiles and heads", "several tiles", 2, 2, 32, 48, 16, False, seed=2),
+            BwdCase("several tiles and heads", "several tiles", 1, 2, 32, 48, 16, False, seed=2),
             BwdCase("ragged lengths: N_q = 37, N_k = 29", "ragged lengths", 1, 2, 37, 29, 16,
                     False, seed=3),
-            BwdCase("causal, three tiles a side", "causal", 1, 1, 48, 48, 16, True, seed=4),
-            BwdCase("causal, ragged N = 37, BLOCK_M != BLOCK_N", "causal", 1, 2, 37, 37, 16, True,
+            SKIP_CASE,
+            BwdCase("causal, ragged N = 37, BLOCK_M != BLOCK_N", "causal", 1, 1, 37, 37, 16, True,
                     16, 32, seed=5),
             BwdCase("d = 24 padded to 32, softmax_scale = 0.3", "d padded", 1, 1, 20, 20, 24,
                     True, seed=6, softmax_scale=0.3),
@@ -448,24 +464,18 @@ def _kernel_cases(seed, trials: int, fixed: bool = True) -> list[BwdCase]:
     for t in range(trials):
         causal = bool(rng.integers(2))
         if _on_gpu():
-            n_q, d, blocks, dtype = (
-                int(rng.integers(1, 700)),
-                int(rng.choice([64, 128])),
-                64,
-                ("float16"),
-            )
-        else:
-            n_q, d, blocks, dtype = (
-                int(rng.integers(1, 50)),
-                int(rng.choice([16, 24])),
-                16,
-                ("float32"),
-            )
-        n_k = n_q if causal or rng.random() < 0.5 else int(rng.integers(1, 2 * n_q + 8))
+            n_q, d, blocks, dtype = int(rng.integers(1, 700)), int(rng.choice([64, 128])), 64, \
+                "float16"  # fmt: skip
+            n_k = n_q if causal or rng.random() < 0.5 else int(rng.integers(1, 2 * n_q + 8))
+            batch, heads = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        else:  # at most 3 x 4 tile pairs of 16 and 2 heads: each launch well under a second
+            n_q, d, blocks, dtype = int(rng.integers(1, 41)), int(rng.choice([16, 24])), 16, \
+                "float32"  # fmt: skip
+            n_k = n_q if causal or rng.random() < 0.5 else int(rng.integers(1, n_q + 25))
+            batch, heads = ((1, 1), (1, 2), (2, 1))[int(rng.integers(3))]
         cases.append(
-            BwdCase(f"random case {t + 1}", "random", int(rng.integers(1, 3)),
-                    int(rng.integers(1, 3)), n_q, n_k, d, causal, blocks, blocks, dtype,
-                    int(rng.integers(2**31)))
+            BwdCase(f"random case {t + 1}", "random", batch, heads, n_q, n_k, d, causal, blocks,
+                    blocks, dtype, int(rng.integers(2**31)))
         )  # fmt: skip
     return cases
 
@@ -530,6 +540,16 @@ def _runner(kernel, run_name: str):
 GIVEN = ("load_tile", "store_tile")
 
 
+# The casts that give tl.dot one dtype, kernel by kernel (the hint of a "same dtype" error)
+DOT_HINTS = {
+    "bwd_dkdv_kernel": "p_t and ds_t are float32, do and q the inputs' dtype: "
+    "tl.dot(p_t.to(do.dtype), do) and tl.dot(ds_t.to(q.dtype), q).",
+    "bwd_dq_kernel": "ds is float32 and k the input's dtype: tl.dot(ds.to(k.dtype), k).",
+    "FlashAttentionTriton": "P and dS are float32: cast them to the inputs' dtype before "
+    "tl.dot: p_t.to(do.dtype), ds_t.to(q.dtype) (dK/dV kernel), ds.to(k.dtype) (dQ kernel).",
+}
+
+
 def _call(name, runner, case, *args, allow):
     """call_learner, with the learner's compile or run errors turned into a CheckFailure."""
     try:
@@ -539,7 +559,7 @@ def _call(name, runner, case, *args, allow):
     except _LearnerRaised as err:
         if isinstance(err.exc, TypeError) and "@triton.jit" in str(err.exc):
             raise CheckFailure(f"✗ {name}: {err.exc}") from None
-        raise _raised_failure(name, case, err.exc) from None
+        raise _raised_failure(name, case, err.exc, DOT_HINTS.get(name)) from None
 
 
 def _failure(name, case, what, yours, expected, err, tol, mistake, stages) -> CheckFailure:
@@ -577,21 +597,53 @@ def _diagnose(yours: tuple, args: tuple, expected: tuple, mistakes, pick, tol, m
 
 
 # ---- exercise 1: D ------------------------------------------------------------------------------
+def _preprocess_cases(seed, trials: int, fixed: bool = True) -> list[BwdCase]:
+    """D's cases, stage by stage (unless fixed=False), then a half-precision case (in the hidden
+    run too: D summed in half precision shows only there), then `trials` random ones."""
+    row = dict(kernel="preprocess")
+    if _on_gpu():
+        cases = [
+            BwdCase("one tile of rows", "one tile", 1, 1, 32, 32, 64, False, dtype="float16",
+                    seed=1),
+            BwdCase("ragged rows, several heads", "ragged rows", 2, 3, 333, 333, 64, False,
+                    dtype="float16", seed=3),
+            BwdCase("d = 80 padded", "d padded", 1, 2, 257, 257, 80, False, dtype="float16",
+                    seed=4),
+        ]  # fmt: skip
+        half = BwdCase("bfloat16, d = 128", "half precision", 2, 2, 513, 513, 128, False,
+                       dtype="bfloat16" if _ampere_or_newer() else "float16", seed=5)  # fmt: skip
+    else:
+        cases = [
+            BwdCase("one tile of rows", "one tile", 1, 1, 32, 32, 16, False, seed=1),
+            BwdCase("ragged rows: N_q = 37", "ragged rows", 1, 1, 37, 37, 16, False, seed=3),
+            BwdCase("several heads", "several heads", 2, 2, 40, 40, 16, False, seed=2),
+            BwdCase("d = 24 padded to 32", "d padded", 1, 1, 20, 20, 24, False, seed=6),
+        ]  # fmt: skip
+        half = BwdCase(
+            "float16", "half precision", 1, 1, 33, 33, 32, False, dtype="float16", seed=7
+        )
+    cases = [dataclasses.replace(c, **row) for c in cases] if fixed else []
+    cases.append(dataclasses.replace(half, **row))
+    randoms = [c for c in _kernel_cases(seed, trials, fixed=False) if not c.exact]
+    return cases + [dataclasses.replace(c, n_k=c.n_q, causal=False, **row) for c in randoms]
+
+
 def check_bwd_preprocess(
     kernel: Callable, seed: int | None = 0, trials: int = 1, fixed: bool = True
 ) -> None:
     """Check bwd_preprocess_kernel: D (B, H, N_q) float32 = rowsum(dO * O), against float64.
 
-    fixed=False runs only the `trials` random cases (the hidden tests, after the fixed ones)."""
+    fixed=False runs only the half-precision case and the `trials` random cases (the hidden
+    tests, after the fixed ones)."""
+    import torch
+
     name = "bwd_preprocess_kernel"
     with _nothing_on_stderr():
-        cases = _kernel_cases(seed, trials, fixed)
+        cases = _preprocess_cases(seed, trials, fixed)
         runner = _runner(kernel, "run_learner_preprocess")
         stages = _stages(cases)
         for case in cases:
-            (q, k, v, do), _, (_, _, _, do64, out64, _, _) = _inputs(case)
-            import torch
-
+            (q, _, _, do), _, (_, _, _, do64, out64, _, _) = _inputs(case)
             out = torch.from_numpy(out64).to(q.dtype)  # the forward's out, in the input dtype
             out64 = out.double().numpy()
             delta = _call(name, runner, case, out, do, allow=("run_learner_preprocess",))
@@ -606,11 +658,13 @@ def check_bwd_preprocess(
                 _match_tolerance(case.dtype),
             )  # fmt: skip
             raise _failure(name, case, "D", yours, expected, err, tol, mistake, stages)
-    print(f"✓ {name}: {len(cases)} launches match float64 rowsum(dO * O) ({_where()})")
+    print(f"✓ {name}: {len(cases)} launches match float64 rowsum(dO * O) ({_where(cases)})")
 
 
-def _where() -> str:
-    return "float16 and bfloat16 on the GPU" if _on_gpu() else "float32 and float16, interpreter"
+def _where(cases) -> str:
+    """The dtypes the cases ran in, and where: "float32 and float16, interpreter"."""
+    dtypes = " and ".join(dict.fromkeys(c.dtype for c in cases))
+    return f"{dtypes}, {'GPU' if _on_gpu() else 'interpreter'}"
 
 
 # ---- exercises 2 and 3: dK/dV and dQ ------------------------------------------------------------
@@ -620,6 +674,7 @@ def _check_grad_kernel(name, kernel, run_name, outputs, mistakes, seed, trials, 
     stages = _stages(cases)
     index = {"dq": 0, "dk": 1, "dv": 2}
     pick = lambda grads: tuple(grads[index[o]] for o in outputs)  # noqa: E731
+    dots = {}  # case -> the launch's tl.dot count (None on a GPU)
     for case in cases:
         (q, k, v, do), (lse, delta), (q64, k64, v64, do64, _, lse64, delta64) = _inputs(case)
         result = _call(
@@ -627,6 +682,7 @@ def _check_grad_kernel(name, kernel, run_name, outputs, mistakes, seed, trials, 
             case.block_n, allow=(run_name,),
         )  # fmt: skip
         yours = tuple(r.double().numpy() for r in result[: len(outputs)])
+        dots[case] = result[-1]
         args = (q64, k64, v64, do64, lse64, delta64, case.causal, case.scale, case.block_m,
                 case.block_n)  # fmt: skip
         expected = pick(emulate_backward(*args))
@@ -642,33 +698,36 @@ def _check_grad_kernel(name, kernel, run_name, outputs, mistakes, seed, trials, 
             name, case, outputs[worst], yours[worst], expected[worst], errs[worst], tol, mistake,
             stages,
         )  # fmt: skip
-    skip = _causal_skip_rule(name, runner, run_name) if fixed else ""
-    return f"{len(cases)} launches match float64 ({_where()}; ragged N, N_q != N_k, causal, d " \
-        f"padded, several heads, float32 state){skip}"  # fmt: skip
+    skip = _causal_skip_rule(name, runner, run_name, dots.get(SKIP_CASE)) if fixed else ""
+    return (
+        f"{len(cases)} launches match float64 ({_where(cases)}; ragged N, N_q != N_k, causal, "
+        f"d padded, several heads, float32 state){skip}"
+    )
 
 
-def _causal_skip_rule(name, runner, run_name) -> str:
-    """The causal launch must run clearly fewer tl.dot than the same launch without the mask."""
+def _causal_skip_rule(name, runner, run_name, causal_count) -> str:
+    """The causal launch (SKIP_CASE, already run and right: causal_count, its tl.dot count) must
+    run clearly fewer tl.dot than the same launch without the mask (launched here)."""
     if _on_gpu():  # the interpreter counts the products; a compiled kernel's cannot be counted
         return "; causal tile skipping is counted in the interpreter only, not on a GPU"
-    case = BwdCase("causal tile skipping: N = 64, 4 tiles a side", "rule", 1, 1, 64, 64, 16, True)
-    counts = []
-    for causal in (True, False):
-        (q, k, v, do), (lse, delta), _ = _inputs(dataclasses.replace(case, causal=causal))
-        result = _call(
-            name, runner, case, q, k, v, do, lse, delta, causal, case.scale, 16, 16,
-            allow=(run_name,),
-        )  # fmt: skip
-        counts.append(result[-1])
+    case = SKIP_CASE
+    (q, k, v, do), (lse, delta), _ = _inputs(dataclasses.replace(case, causal=False))
+    result = _call(
+        name, runner, case, q, k, v, do, lse, delta, False, case.scale, case.block_m,
+        case.block_n, allow=(run_name,),
+    )  # fmt: skip
+    counts = (causal_count, result[-1])
     if counts[0] is None or counts[1] is None:
         return ""
+    tiles = case.n_q // case.block_m  # tiles a side (block_m == block_n)
     if counts[0] > 0.75 * counts[1]:
         m = NO_CAUSAL_SKIP
         raise CheckFailure(
             f"✗ {name}: every value is right, but the causal launch does not skip work.\n"
             f"  input:    {case.describe()}\n"
             f"  yours:    {counts[0]} tl.dot with causal=True, {counts[1]} without\n"
-            f"  expected: at most 75% of the non-causal count (10 of the 16 tile pairs see a key)\n"
+            f"  expected: at most 75% of the non-causal count ({tiles * (tiles + 1) // 2} of "
+            f"the {tiles * tiles} tile pairs see a key)\n"
             f"  likely mistake: {m.title} [misconception: {m.slug}]\n  {m.explanation}"
         )
     return f"; causal runs {counts[0]} tl.dot against {counts[1]}: the tiles above are skipped"
@@ -696,256 +755,6 @@ def check_dq_kernel(
             name, kernel, "run_learner_dq", ("dq",), DQ_MISTAKES, seed, trials, fixed
         )
     print(f"✓ {name}: {what}")
-
-
-# ---- exercise 4: the autograd.Function ----------------------------------------------------------
-def _function_cases() -> list[BwdCase]:
-    if _on_gpu():
-        dtype = "float16"
-        return [
-            BwdCase("N_q != N_k", "N_q != N_k", 1, 2, 100, 130, 64, False, dtype=dtype, seed=11),
-            BwdCase("causal, N = 257, softmax_scale = 0.1", "causal", 2, 2, 257, 257, 64, True,
-                    dtype=dtype, seed=12, softmax_scale=0.1),
-        ]  # fmt: skip
-    return [
-        BwdCase("N_q = 20, N_k = 24", "N_q != N_k", 1, 2, 20, 24, 16, False, seed=11),
-        BwdCase("causal, ragged N = 21, softmax_scale = 0.3", "causal", 1, 1, 21, 21, 16, True,
-                seed=12, softmax_scale=0.3),
-        BwdCase("d = 24, bfloat16 (run in float32 by the interpreter)", "bfloat16", 1, 1, 18, 18,
-                24, False, dtype="bfloat16", seed=13),
-    ]  # fmt: skip
-
-
-FUNCTION_MISTAKES = {
-    "saves-probabilities": Mistake(
-        "saves-probabilities", "the N_q x N_k matrix P (or S) is saved for the backward",
-        "FlashAttention's backward recomputes P tile by tile from q, k and lse; saving P costs "
-        "N_q * N_k numbers per head, the memory the algorithm exists to avoid. Save q, k, v, "
-        "out and lse only.", lambda *a: None,
-    ),
-    "saves-extra": Mistake(
-        "saves-extra", "more is saved than q, k, v, out and lse",
-        "ctx.save_for_backward(q, k, v, out, lse) and nothing else: the causal flag and the "
-        "scale are plain attributes of ctx; D is computed in the backward.", lambda *a: None,
-    ),
-    "saves-missing": Mistake(
-        "saves-missing", "out or lse is not saved",
-        "The backward needs out (for D = rowsum(dO * O)) and lse (to recompute P); both come "
-        "from the forward: save them, do not run the forward again.", lambda *a: None,
-    ),
-    "lse-dtype": Mistake(
-        "lse-dtype", "lse is saved in a dtype other than float32",
-        "lse is a per-row logsumexp of size up to hundreds; in float16 or bfloat16 its rounding "
-        "error, multiplied inside exp, spoils P. Keep it float32, as the forward returns it.",
-        lambda *a: None,
-    ),
-    "lse-shape": Mistake(
-        "lse-shape", "lse is saved with a shape other than (batch, heads, N_q)",
-        "The kernels read lse as one float per query row: shape (batch, heads, N_q), "
-        "contiguous. Do not unsqueeze it or keep it as (batch * heads, N_q).", lambda *a: None,
-    ),
-    "grads-swapped": Mistake(
-        "grads-swapped", "backward returns the gradients in the wrong order",
-        "backward returns one gradient per input of forward, in order: (dq, dk, dv, None, None) "
-        "for forward(ctx, q, k, v, causal, softmax_scale).", lambda *a: None,
-    ),
-    "scale-not-passed": Mistake(
-        "scale-not-passed", "the backward uses the default softmax_scale, not the forward's",
-        "Keep the forward's softmax_scale on ctx and pass it to the backward kernels; the "
-        "default 1/sqrt(d) is right only when the caller gave none.", lambda *a: None,
-    ),
-    "causal-not-passed": Mistake(
-        "causal-not-passed", "the backward runs without the causal mask the forward used",
-        "Keep the forward's causal flag on ctx and pass it to the backward kernels.",
-        lambda *a: None,
-    ),
-}  # fmt: skip
-
-
-def _named(slug: str, text: str) -> CheckFailure:
-    m = FUNCTION_MISTAKES[slug]
-    return CheckFailure(f"{text}\n  likely mistake: {m.title} [misconception: {m.slug}]\n"
-                        f"  {m.explanation}")  # fmt: skip
-
-
-def _judge_saved(name, case, result, q64, k64, v64, out64, lse64) -> None:
-    """Exactly q, k, v, out and a (B, H, N_q) float32 lse in grad_fn.saved_tensors."""
-    saved = list(result["saved"])
-    attributes = dict(result["attributes"])
-    where = f"on {case.label} ({case.describe()})"
-    everything = [("saved", s) for s in saved] + [(f"ctx.{n}", s) for n, s in attributes.items()]
-    for origin, s in everything:
-        shape = tuple(s["shape"])
-        if len(shape) >= 2 and shape[-2:] == (case.n_q, case.n_k):
-            raise _named(
-                "saves-probabilities",
-                f"✗ {name}: a tensor of shape {shape} ({origin}) is kept for the backward {where}",
-            )
-    if attributes:
-        listed = ", ".join(f"ctx.{n} {tuple(s['shape'])}" for n, s in attributes.items())
-        raise _named(
-            "saves-extra", f"✗ {name}: tensors are kept as attributes of ctx ({listed}) {where}"
-        )
-    wanted = {"q": q64, "k": k64, "v": v64, "out": out64}
-    found: dict[str, int] = {}
-    lse_like: list[int] = []
-    extra: list[int] = []
-    tol = 3e-2 if case.dtype != "float32" or _on_gpu() else 1e-4
-    for i, s in enumerate(saved):
-        value = np.asarray(s["value"].double().numpy() if hasattr(s["value"], "double")
-                           else s["value"], dtype=np.float64)  # fmt: skip
-        hit = next(
-            (n for n, ref in wanted.items()
-             if n not in found and value.shape == ref.shape and _rel_err(value, ref) < tol),
-            None,
-        )  # fmt: skip
-        if hit is not None:
-            found[hit] = i
-        elif value.size == lse64.size and _rel_err(value.reshape(lse64.shape), lse64) < tol:
-            lse_like.append(i)
-        else:
-            extra.append(i)
-    shapes = ", ".join(f"{tuple(s['shape'])} {s['dtype']}" for s in saved) or "nothing"
-    head = f"✗ {name}: grad_fn.saved_tensors holds {len(saved)} tensors {where}: {shapes}"
-    missing = [n for n in ("q", "k", "v", "out") if n not in found]
-    if extra or len(lse_like) > 1:
-        raise _named("saves-extra", head + "; expected exactly q, k, v, out and lse")
-    if missing or not lse_like:
-        gone = missing + ([] if lse_like else ["lse"])
-        raise _named("saves-missing", head + f"; not found: {', '.join(gone)}")
-    lse = saved[lse_like[0]]
-    expected_shape = (case.batch, case.heads, case.n_q)
-    if tuple(lse["shape"]) != expected_shape:
-        raise _named(
-            "lse-shape", head + f"; lse has shape {tuple(lse['shape'])}, expected {expected_shape}"
-        )
-    if lse["dtype"] != "float32":
-        raise _named("lse-dtype", head + f"; lse is {lse['dtype']}, expected float32")
-
-
-def _finite_difference_test(case, q64, k64, v64, dos, grads, tol) -> float:
-    """Directional derivatives of L = <attention(q, k, v), dO> in float64, central differences,
-    against the learner's gradients: the largest relative disagreement."""
-    rng = np.random.default_rng(case.seed + 1)
-    worst = 0.0
-    h = 1e-6
-    for do, (dq, dk, dv) in zip(dos, grads, strict=True):
-        for _ in range(2):
-            dirs = [rng.standard_normal(x.shape) for x in (q64, k64, v64)]
-            plus = forward64(*(x + h * e for x, e in zip((q64, k64, v64), dirs, strict=True)),
-                             case.causal, case.scale)[0]  # fmt: skip
-            minus = forward64(*(x - h * e for x, e in zip((q64, k64, v64), dirs, strict=True)),
-                              case.causal, case.scale)[0]  # fmt: skip
-            numeric = float(((plus - minus) * do).sum() / (2 * h))
-            analytic = float(sum((g * e).sum() for g, e in zip((dq, dk, dv), dirs, strict=True)))
-            # <g, e> for a standard normal e has standard deviation ||g||: the natural unit
-            size = float(np.sqrt(sum((g * g).sum() for g in (dq, dk, dv))))
-            worst = max(worst, abs(analytic - numeric) / max(size, 1e-300))
-    return worst
-
-
-def check_attention_function(function, seed: int | None = 0) -> None:
-    """Check the learner's torch.autograd.Function (apply(q, k, v, causal, softmax_scale) -> out).
-
-    For each case: applies it once, inspects out.grad_fn.saved_tensors (exactly q, k, v, out and
-    a (batch, heads, N_q) float32 lse; no tensor kept on ctx as an attribute), then compares the
-    gradients for two cotangents with float64 autograd of naive attention, and with float64
-    central differences along random directions (a gradcheck done here, in float64).
-    """
-    import torch
-
-    name = "FlashAttentionTriton"
-    if hasattr(function, "bound_into"):
-        runner = function.bound_into(f"{_RUNNERS}:run_learner_function")
-    else:
-
-        def launch(*args):
-            from ..triton_attention.learner_backward import run_learner_function
-
-            return run_learner_function(function, *args)
-
-        runner = launch
-    worst_fd = 0.0
-    cases = _function_cases()
-    with _nothing_on_stderr():
-        for case in cases:
-            (q, k, v, _), _, (q64, k64, v64, _, out64, lse64, _) = _inputs(case)
-            gen = torch.Generator().manual_seed(case.seed + (seed or 0))
-            dos = [torch.randn(q.shape, generator=gen).to(q.dtype) for _ in range(2)]
-            result = _call(
-                name, runner, case, q, k, v, case.causal, case.softmax_scale, dos,
-                allow=("run_learner_function", "flash_attention_fwd", "learner_backward"),
-            )  # fmt: skip
-            if not isinstance(result, dict) or set(result) != {"out", "saved", "attributes",
-                                                               "grads"}:  # fmt: skip
-                raise CheckFailure(f"✗ {name}: the runner's answer could not be read")
-            _judge_saved(name, case, result, q64, k64, v64, out64, lse64)
-            tol = _tolerance(case.dtype) if _on_gpu() else (
-                1e-4 if case.dtype == "float32" else 2e-2)  # fmt: skip
-            grads = []
-            for do, got in zip(dos, result["grads"], strict=True):
-                do64 = do.double().numpy()
-                yours = tuple(g.double().numpy() for g in got)
-                expected = reference_grads(q64, k64, v64, do64, case.causal, case.scale)
-                errs = [_rel_err(y, e) for y, e in zip(yours, expected, strict=True)]
-                if not all(e < tol for e in errs):
-                    raise _function_failure(name, case, yours, expected, errs, tol, q64, k64,
-                                            v64, do64)  # fmt: skip
-                grads.append(yours)
-            fd = _finite_difference_test(
-                case, q64, k64, v64, [d.double().numpy() for d in dos], grads, tol
-            )
-            if fd > max(10 * tol, 1e-3):
-                raise CheckFailure(
-                    f"✗ {name}: the gradients disagree with float64 finite differences by "
-                    f"{fd:.1e} (relative) on {case.label}.\n  input: {case.describe()}"
-                )
-            worst_fd = max(worst_fd, fd)
-    print(
-        f"✓ {name}: saves exactly q, k, v, out and a float32 (batch, heads, N_q) lse; "
-        f"{2 * len(cases)} backward passes match float64 autograd, and float64 finite "
-        f"differences within {worst_fd:.0e} ({_where()})"
-    )
-
-
-def _function_failure(name, case, yours, expected, errs, tol, q64, k64, v64, do64):
-    worst = int(np.argmax([e if math.isfinite(e) else np.inf for e in errs]))
-    what = ("dq", "dk", "dv")[worst]
-    slug = None
-    match_tol = _match_tolerance(case.dtype)
-    swapped = (expected[0], expected[2], expected[1])
-    if all(matches_in_norm(y, t, match_tol) for y, t in zip(yours, swapped, strict=True)):
-        slug = "grads-swapped"
-    out64, lse64 = forward64(q64, k64, v64, case.causal, case.scale)
-    delta64 = (out64 * do64).sum(axis=-1)
-    replays = []
-    default = 1.0 / math.sqrt(case.d)
-    if case.softmax_scale is not None and abs(case.softmax_scale - default) > 1e-9:
-        replays.append(("scale-not-passed", dict(scale=default)))
-    if case.causal:
-        replays.append(("causal-not-passed", dict(causal=False)))
-    for candidate, change in replays:
-        if slug is not None:
-            break
-        args = dict(causal=case.causal, scale=case.scale) | change
-        theirs = emulate_backward(q64, k64, v64, do64, lse64, delta64, args["causal"],
-                                  args["scale"])  # fmt: skip
-        if all(matches_in_norm(y, t, match_tol) for y, t in zip(yours, theirs, strict=True)):
-            slug = candidate
-    b, h, i = worst_row(yours[worst], expected[worst])
-    text = (
-        f"✗ {name}: the gradient {what} is wrong on {case.label} (relative error "
-        f"{errs[worst]:.2e}, tolerance {tol:.0e}).\n  input:    {case.describe()}\n"
-        f"  yours:    {what}[{b}, {h}, {i}, :6] = {describe(yours[worst][b, h, i, :6], 5)}\n"
-        f"  expected: {what}[{b}, {h}, {i}, :6] = {describe(expected[worst][b, h, i, :6], 5)}"
-    )
-    if slug is not None:
-        return _named(slug, text)
-    return CheckFailure(
-        text + "\n  No known mistake of the Function matches; if your kernels pass their own "
-        "checks, look at what backward passes them (ctx's causal and softmax_scale, dout "
-        "made contiguous) and at what it returns: (dq, dk, dv, None, None)."
-    )
 
 
 # ---- quick checks -------------------------------------------------------------------------------

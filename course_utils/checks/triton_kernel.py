@@ -675,8 +675,11 @@ def _kernel_failure(name, case, what, yours, expected, err, tol, mistake) -> str
 _OUT_OF_BOUNDS = ("store-out-of-bounds:", "load-out-of-bounds:")
 
 
-def _raised_failure(name, case, exc) -> CheckFailure:
+def _raised_failure(name, case, exc, dot_hint: str | None = None) -> CheckFailure:
     """The learner's kernel did not compile or run: the innermost error, where it happened.
+
+    dot_hint: the cast that fixes tl.dot's operands of two dtypes in this kernel (default the
+    forward's, `tl.dot(p.to(v.dtype), v)`).
 
     A load or store outside the launch's tensors (course_utils.triton_attention.bounds'
     OutOfBoundsError, or its message when it comes from a notebook's kernel while a submission
@@ -716,9 +719,8 @@ def _raised_failure(name, case, exc) -> CheckFailure:
             f"✗ {name}: {limit}\n  on {case.label}; input: {case.describe()}\n    {short}"
         )
     if "same dtype" in everything:
-        hint = (
-            "\n  hint: tl.dot needs two operands of one dtype; p is float32 and v is the input's "
-            "dtype: tl.dot(p.to(v.dtype), v)."
+        hint = "\n  hint: tl.dot needs two operands of one dtype; " + (
+            dot_hint or "p is float32 and v is the input's dtype: tl.dot(p.to(v.dtype), v)."
         )
     return CheckFailure(
         f"✗ {name}: your kernel raised an error on {case.label}.\n  input: {case.describe()}\n"

@@ -21,6 +21,9 @@ starts bh * N * HEAD_DIM elements in. HEAD_DIM is d, BLOCK_D is d rounded up to 
     learner_backward            launches the three kernels: (dq, dk, dv), as flash_attention_bwd
     run_learner_*               one check launch each, returning tensors (and, in the
                                 interpreter, how many tl.dot the launch ran)
+    run_learner_function        the check's run of the learner's autograd.Function: what it
+                                saved, and per backward the Triton kernels it launched, the
+                                first N_q x N_k tensor a torch operation built, what it returned
 
 Simpler than backward.py on purpose: pointer loads, one loop that masks every tile, no autotuning.
 An exercise not done yet (`raise NotImplementedError()` in a kernel) raises NotWrittenError (a
@@ -259,8 +262,9 @@ def _launch_dq(kernel, q, k, v, do, lse, delta, causal, scale, block_m, block_n)
 # ---------------------------------------------------------------------------------------------
 
 
-# Hooks on the interpreter's internals: the checks' reference watch does not count them
-INSTRUMENTS = ("counted",)
+# Hooks on the interpreter's and torch's internals, called from wherever the learner's code runs:
+# the checks' reference watch does not count them
+INSTRUMENTS = ("counted", "counted_run", "__torch_dispatch__")
 
 
 @contextlib.contextmanager
@@ -348,23 +352,171 @@ def _saved_description(t) -> dict:
     return {"shape": tuple(t.shape), "dtype": str(t.dtype).removeprefix("torch."), "value": t}
 
 
+def _returned_description(value) -> list:
+    """What a backward returned, as plain data: per gradient None, (shape, dtype) of a tensor,
+    or the name of another type; a value that is not a tuple is one gradient."""
+    items = list(value) if isinstance(value, tuple | list) else [value]
+    return [
+        None if x is None
+        else (tuple(x.shape), str(x.dtype).removeprefix("torch.")) if isinstance(x, torch.Tensor)
+        else type(x).__name__
+        for x in items
+    ]  # fmt: skip
+
+
+def _return_lines(function) -> list:
+    """(line, text) of every `return` in the learner's backward, line counted in its file or
+    notebook cell; [] where its source cannot be read."""
+    import ast
+    import inspect
+    import textwrap
+
+    fn = getattr(function, "backward", None)
+    try:
+        lines, start = inspect.getsourcelines(fn)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Return):
+            text = " ".join(lines[node.lineno - 1 : node.end_lineno]).strip()
+            found.append((start + node.lineno - 1, " ".join(text.split())))
+    return sorted(found)
+
+
+class _LaunchLog:
+    """The Triton kernels launched while the block runs, from any thread (autograd runs a CUDA
+    backward on a thread of its own): (name, True for course_utils code) in launch order.
+
+    The launchers of Triton's JITFunction (compiled) and InterpretedFunction (interpreter) are
+    wrapped at class level for the duration; what they launch is unchanged."""
+
+    def __init__(self):
+        self.launches: list = []
+        self._saved: list = []
+
+    def __enter__(self):
+        classes = [triton.runtime.jit.JITFunction]
+        try:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            classes.append(InterpretedFunction)
+        except ImportError:  # pragma: no cover - another Triton layout
+            pass
+        log = self.launches
+
+        for cls in classes:
+            original = cls.__dict__.get("run")
+            if original is None:
+                continue
+
+            def counted_run(self, *args, _original=original, **kwargs):
+                fn = getattr(self, "fn", None)
+                module = getattr(fn, "__module__", "") or ""
+                log.append((getattr(fn, "__name__", "?"), module.startswith("course_utils")))
+                return _original(self, *args, **kwargs)
+
+            self._saved.append((cls, original))
+            cls.run = counted_run
+        return self
+
+    def __exit__(self, *exc):
+        for cls, original in self._saved:
+            cls.run = original
+        self._saved.clear()
+
+
+def _score_watch(n_q: int, n_k: int):
+    """A TorchDispatchMode that notes the first tensor any torch operation creates whose last
+    two dimensions are (n_q, n_k) or (n_k, n_q): the score or probability matrix rebuilt.
+    Dispatch modes follow autograd onto its threads (torch's ThreadLocalState)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    shapes = {(n_q, n_k), (n_k, n_q)}
+
+    class ScoreWatch(TorchDispatchMode):
+        seen: list = []
+
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:  # no torch.compile here: no torch._dynamo import
+            return False  # (3 s, once per process, in the check's time)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not self.seen:
+                for t in out if isinstance(out, tuple | list) else (out,):
+                    if (
+                        isinstance(t, torch.Tensor)
+                        and t.dim() >= 2
+                        and tuple(t.shape[-2:]) in shapes
+                    ):
+                        self.seen.append((str(func), tuple(t.shape)))
+                        break
+            return out
+
+    watch = ScoreWatch()
+    watch.seen = []
+    return watch
+
+
+def _recording(function, record: list):
+    """A subclass of the learner's Function whose backward notes what the learner's returns
+    (autograd checks it only after). The check's reference watch, a per-thread profile hook,
+    is passed on to the thread autograd runs a CUDA backward on."""
+    import sys
+
+    watch = sys.getprofile()
+    base = function.vjp if function.vjp is not torch.autograd.Function.vjp else function.backward
+
+    def backward(ctx, *grads):
+        other_thread = watch is not None and sys.getprofile() is None
+        if other_thread:
+            sys.setprofile(watch)
+        try:
+            returned = base(ctx, *grads)
+        finally:
+            if other_thread:
+                sys.setprofile(None)
+        record.append(_returned_description(returned))
+        return returned
+
+    body = {"backward": staticmethod(backward), "__module__": function.__module__,
+            "__qualname__": function.__qualname__, "__doc__": function.__doc__}  # fmt: skip
+    if base is not function.backward:
+        body["vjp"] = body.pop("backward")
+    return type(function.__name__, (function,), body)
+
+
 def run_learner_function(function, q, k, v, causal, softmax_scale, cotangents) -> dict:
-    """Apply the learner's autograd.Function once; report what it saved and its gradients.
+    """Apply the learner's autograd.Function once; report what it saved, what each backward did,
+    and its gradients.
 
     out = function.apply(q, k, v, causal, softmax_scale); then, for each cotangent dO (a tensor
     of out's shape), out.backward(dO), and the gradients (dq, dk, dv) are collected. Returns
-    plain data: {"out": out, "saved": [{"shape", "dtype", "value"}, ...] (grad_fn.saved_tensors),
-    "attributes": {name: {"shape", "dtype", "value"}} (tensors kept on ctx as attributes),
-    "grads": [(dq, dk, dv), ...]}, every tensor on the CPU.
+    plain data, every tensor on the CPU:
+
+        out, grads          out, and [(dq, dk, dv), ...] one per backward that autograd accepted
+        saved               [{"shape", "dtype", "value"}, ...]: grad_fn.saved_tensors
+        attributes          {name: {"shape", "dtype", "value"}}: tensors kept on ctx as attributes
+        backwards           per backward: {"launches": [(kernel name, is course code), ...],
+                            "scores": None or (torch op, shape) of the first N_q x N_k tensor
+                            it created, "returned": what backward returned (_returned_description)}
+        refused             None, or the error autograd raised on what backward returned (the
+                            number of gradients, a shape): one line
+        returns             [(line, text)] of the `return` statements of the learner's backward
     """
     apply = getattr(function, "apply", None)
-    if not callable(apply):
+    if not callable(apply) or not isinstance(function, type):
         raise TypeError(
             "FlashAttentionTriton must be a torch.autograd.Function subclass (it has no .apply), "
             f"got {type(function).__name__}"
         )
+    returned: list = []
+    recording = _recording(function, returned) if issubclass(function, torch.autograd.Function) \
+        else function  # fmt: skip
     q, k, v = (t.detach().to(_device()).requires_grad_(True) for t in (q, k, v))
-    out = apply(q, k, v, causal, softmax_scale)
+    out = recording.apply(q, k, v, causal, softmax_scale)
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"forward must return the tensor out, got {type(out).__name__}")
     if out.grad_fn is None:
@@ -375,20 +527,35 @@ def run_learner_function(function, q, k, v, causal, softmax_scale, cotangents) -
         for name, value in sorted(vars(out.grad_fn).items())
         if isinstance(value, torch.Tensor)
     }
-    grads = []
+    grads, backwards, refused = [], [], None
     for dout in cotangents:
         for t in (q, k, v):
             t.grad = None
-        out.backward(dout.to(out.device, out.dtype), retain_graph=True)
+        launches, scores = _LaunchLog(), _score_watch(q.shape[2], k.shape[2])
+        done = len(returned)
+        try:
+            with launches, scores:
+                out.backward(dout.to(out.device, out.dtype), retain_graph=True)
+        except Exception as exc:
+            if len(returned) == done:  # the learner's backward itself raised
+                raise
+            refused = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+        backwards.append(
+            {"launches": list(launches.launches), "scores": scores.seen[0] if scores.seen else None,
+             "returned": returned[done] if len(returned) > done else None}
+        )  # fmt: skip
+        if refused is not None:
+            break
         missing = [n for n, t in zip("qkv", (q, k, v), strict=True) if t.grad is None]
         if missing:
-            raise TypeError(
-                f"backward returned no gradient for {', '.join(missing)}: it must return "
-                "(dq, dk, dv, None, None)"
-            )
+            refused = f"backward returned no gradient for {', '.join(missing)}"
+            break
         grads.append(tuple(t.grad.detach().cpu() for t in (q, k, v)))
     _sync()
-    return {"out": out.detach().cpu(), "saved": saved, "attributes": attributes, "grads": grads}
+    return {
+        "out": out.detach().cpu(), "saved": saved, "attributes": attributes, "grads": grads,
+        "backwards": backwards, "refused": refused, "returns": _return_lines(function),
+    }  # fmt: skip
 
 
 __all__ = [
