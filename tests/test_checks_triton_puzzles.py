@@ -1161,9 +1161,15 @@ def test_attention_fwd_styles_pass(style):
 
 
 def test_attention_fwd_query_rows_unmasked_are_named():
-    failure = rejected_by_rule(TP.check_attention_fwd, make_styled(Q_COLUMNS_ONLY), "mask-missing")
-    if failure is not None:
-        assert "outside q" in str(failure) and "ragged N" in str(failure)
+    """Named by the load rule, or (a launcher's float32 copy of bfloat16 q has no guard band
+    after it) by the interpreter's bounds guard: mask-missing either way."""
+    fn = make_styled(Q_COLUMNS_ONLY)
+    if ON_GPU:
+        assert "not checked on the GPU" in run_quietly(TP.check_attention_fwd, fn)
+        return
+    failure = str(failure_of(TP.check_attention_fwd, fn))
+    assert slug_of(failure) == "mask-missing", failure
+    assert "outside q" in failure or "through q_ptr" in failure, failure
 
 
 @pytest.mark.parametrize("in_notebook", [True, False], ids=["kernel-beside", "no-kernel-named"])
