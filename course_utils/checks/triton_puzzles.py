@@ -1514,7 +1514,8 @@ def _check_attention_fwd(name, attention_fwd, seed, trials) -> tuple[int, bool]:
         (q, k, v), (q64, k64, v64) = _forward_inputs(case, torch, device)
         launch_args = (q, k, v, case.causal, case.scale, case.layout)
         try:
-            got = _launch(name, attention_fwd, run_attention_fwd, *launch_args)
+            record = case.stage in _LOGGED_STAGES
+            got = _launch(name, attention_fwd, run_attention_fwd, *launch_args, record)
         except _LearnerRaised as err:
             failure = _raised_failure(name, case, err.exc)
             raise CheckFailure(
@@ -1568,6 +1569,10 @@ def _check_attention_fwd(name, attention_fwd, seed, trials) -> tuple[int, bool]:
     return len(cases), on_gpu
 
 
+# The stages whose loads are recorded and judged (the load log costs time in the interpreter):
+# several heads, ragged N_q and N_k, a strided layout, causal tiles
+_LOGGED_STAGES = ("one tile", "batch and heads", "ragged N", "strided layout", "N_q != N_k",
+                  "causal")  # fmt: skip
 _FORWARD_RULES = (
     "the kernel reads every element of q, k and v, none past N_q or N_k, and k and v once per "
     "program"

@@ -85,8 +85,10 @@ class LoadRecorder:
         self.launches.append((kernel, fn))
 
     def load(self, ptrs, mask) -> None:
+        if not self.watched or not self.launches:
+            return
         ptrs = np.asarray(ptrs)
-        if ptrs.dtype.kind not in "iu" or not self.launches:
+        if ptrs.dtype.kind not in "iu":
             return
         on = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), ptrs.shape)
         active = (ptrs.reshape(-1) if on is None else ptrs[on]).astype(np.int64)

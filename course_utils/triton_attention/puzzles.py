@@ -181,18 +181,23 @@ def _laid_out(t: torch.Tensor, layout: str) -> torch.Tensor:
     raise ValueError(f"layout must be 'contiguous' or 'bnhd', got {layout!r}")
 
 
-def run_attention_fwd(attention_fwd, q, k, v, causal: bool, softmax_scale: float, layout: str):
+def run_attention_fwd(
+    attention_fwd, q, k, v, causal: bool, softmax_scale: float, layout: str, record: bool = True
+):
     """The whole forward: the learner's attention_fwd(q, k, v, causal=..., softmax_scale=...)
     on q, k, v laid out as `layout` says (see _laid_out); returns its (out, lse) and the
     summary of q's, k's and v's loads, with the launches of the learner's attention_fwd_kernel
     (the function of that name beside attention_fwd; without one, any kernel the learner wrote)
     counted.
 
+    record=False: the launches only, no load of q, k, v recorded (faster).
+
     Raises TypeError when attention_fwd does not return a pair of tensors.
     """
     q, k, v = (_laid_out(t, layout) for t in (q, k, v))
     kernel = getattr(attention_fwd, "__globals__", {}).get("attention_fwd_kernel")
-    with recording({"q": q, "k": k, "v": v}) as loads, _counting(kernel) as launches:
+    watched = {"q": q, "k": k, "v": v} if record else {}
+    with recording(watched) as loads, _counting(kernel) as launches:
         result = attention_fwd(q, k, v, causal=causal, softmax_scale=softmax_scale)
     if not (
         isinstance(result, tuple | list)
