@@ -8,6 +8,7 @@ is not needed: the same tests run compiled) the checks use float16 and bfloat16.
 from __future__ import annotations
 
 import math
+import types
 
 import pytest
 import torch
@@ -697,3 +698,517 @@ def test_attention_fwd_right_in_base_e():
     uses tl.exp and lse = m_i + log(l_i)); neither exp-vs-exp2 nor exp2-without-log2e."""
     fn = make_fwd(BASE_E, block_m=32, block_n=16, log2e=False)
     assert "✓ attention_fwd" in run_quietly(TP.check_attention_fwd, fn)
+
+
+# ---- the rules the notebook states that the outputs cannot show (issue 40) ---------------------
+# In the interpreter the runners record each input's loads (triton_attention.load_log); on a GPU
+# there is no interpreter hook: the load rules are not checked and the pass line says so.
+ON_GPU = not ta.INTERPRETER
+
+
+def rejected_by_rule(check, fn, slug):
+    """In the interpreter the check names slug; on a GPU it passes and says which rules it could
+    not check there."""
+    if ON_GPU:
+        assert "not checked on the GPU" in run_quietly(check, fn)
+        return None
+    failure = failure_of(check, fn)
+    assert slug_of(failure) == slug, str(failure)
+    assert "gives the right values but breaks a rule" in str(failure)
+    return failure
+
+
+@triton.jit
+def softmax_y_stride_x(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    """y's row stored with x's stride: right only when both have the same stride."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride_x + cols, mask=cols < n_cols, other=float("-inf"))
+    p = tl.exp(x - tl.max(x, 0))
+    tl.store(y_ptr + row * stride_x + cols, p / tl.sum(p, 0), mask=cols < n_cols)
+
+
+@triton.jit
+def softmax_where_after(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    """Right: the mask written n_cols > cols, the padding set to -inf by tl.where after the load."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    inside = n_cols > cols
+    x = tl.load(x_ptr + row * stride_x + cols, mask=inside)
+    x = tl.where(inside, x, float("-inf"))
+    z = x - tl.max(x, axis=0)
+    e = tl.where(inside, tl.exp(z), 0.0)
+    tl.store(y_ptr + row * stride_y + cols, e / tl.sum(e, axis=0), mask=inside)
+
+
+@triton.jit
+def softmax_unmasked_load(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK: tl.constexpr):
+    """The load is not masked; the padding is set to -inf after it: right values, but the cells
+    past the row are read."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride_x + cols)
+    x = tl.where(cols < n_cols, x, float("-inf"))
+    p = tl.exp(x - tl.max(x, 0))
+    tl.store(y_ptr + row * stride_y + cols, p / tl.sum(p, 0), mask=cols < n_cols)
+
+
+def test_softmax_rows_y_stride_of_x_is_named():
+    failure = failure_of(TP.check_softmax_rows, softmax_y_stride_x)
+    assert slug_of(failure) == "stride-of-other-tensor", str(failure)
+
+
+def test_softmax_rows_styles_pass():
+    for kernel in (A.softmax_rows_kernel, softmax_exp2, softmax_where_after):
+        out = run_quietly(TP.check_softmax_rows, kernel)
+        assert "✓ softmax_rows_kernel" in out
+        assert ("not checked on the GPU" in out) == ON_GPU
+
+
+def test_softmax_rows_unmasked_load_is_named():
+    rejected_by_rule(TP.check_softmax_rows, softmax_unmasked_load, "mask-missing")
+
+
+@triton.jit
+def matmul_k_mask_only(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr):  # fmt: skip
+    """Masks on K only: the rows of a past M and the columns of b past N are read (their
+    products land in cells of c that are never stored)."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + offs_k[None, :],
+                    mask=offs_k[None, :] < K, other=0.0)  # fmt: skip
+        b = tl.load(b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :],
+                    mask=offs_k[:, None] < K, other=0.0)  # fmt: skip
+        acc += tl.dot(a, b)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc, mask=mask)
+
+
+@triton.jit
+def matmul_b_cols_unmasked(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_K: tl.constexpr):  # fmt: skip
+    """a masked on both dimensions, b on K only: the columns of b past N are read."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + offs_k[None, :],
+                    mask=(offs_m[:, None] < M) & (offs_k[None, :] < K), other=0.0)  # fmt: skip
+        b = tl.load(b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :],
+                    mask=(offs_k[:, None] < K) & (offs_n[None, :] >= 0), other=0.0)  # fmt: skip
+        acc += tl.dot(a, b)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc, mask=mask)
+
+
+@triton.jit
+def matmul_where_after(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr):  # fmt: skip
+    """Right: masks written M > offs_m, no other= but tl.where after, tl.dot(a, b, acc)."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        a_in = (M > offs_m[:, None]) & (K > offs_k[None, :])
+        b_in = (K > offs_k[:, None]) & (N > offs_n[None, :])
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + offs_k[None, :], mask=a_in)
+        b = tl.load(b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :], mask=b_in)
+        acc = tl.dot(tl.where(a_in, a, 0.0), tl.where(b_in, b, 0.0), acc)
+    c_in = (M > offs_m[:, None]) & (N > offs_n[None, :])
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc, mask=c_in)
+
+
+@triton.jit
+def matmul_moving_pointers(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_K: tl.constexpr):  # fmt: skip
+    """Right: the tutorial's style, pointers advanced by BLOCK_K, K masked against what is left."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :]
+    row_ok = offs_m[:, None] < M
+    col_ok = offs_n[None, :] < N
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, tl.cdiv(K, BLOCK_K)):
+        left = K - k0 * BLOCK_K
+        a = tl.load(a_ptrs, mask=row_ok & (offs_k[None, :] < left), other=0.0)
+        b = tl.load(b_ptrs, mask=(offs_k[:, None] < left) & col_ok, other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K * stride_bk
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc, mask=row_ok & col_ok)
+
+
+def test_matmul_styles_pass():
+    for kernel in (A.matmul_kernel, matmul_where_after, matmul_moving_pointers):
+        out = run_quietly(TP.check_matmul, kernel)
+        assert "✓ matmul_kernel" in out
+        assert ("not checked on the GPU" in out) == ON_GPU
+
+
+@pytest.mark.parametrize(
+    "kernel, slug, argument",
+    [
+        (matmul_k_mask_only, "mask-missing", "outside a (37 x 32)"),
+        (matmul_b_cols_unmasked, "mask-missing", "outside b (32 x 29)"),
+    ],
+    ids=["k-mask-only", "b-columns-unmasked"],
+)
+def test_matmul_reads_past_the_matrix_are_named(kernel, slug, argument):
+    failure = rejected_by_rule(TP.check_matmul, kernel, slug)
+    if failure is not None:
+        assert argument in str(failure)
+
+
+@triton.jit
+def row_block_two_pass(q_ptr, k_ptr, v_ptr, out_ptr, seqlen_k, stride_q, stride_k, stride_v,
+                       stride_o, qk_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       HEAD_DIM: tl.constexpr):  # fmt: skip
+    """The max first (a pass over K), then the sums (K again, and V): right values, K read twice."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + offs_m[:, None] * stride_q + offs_d[None, :])
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    for start_n in range(0, seqlen_k, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k = tl.load(k_ptr + offs_n[:, None] * stride_k + offs_d[None, :],
+                    mask=offs_n[:, None] < seqlen_k, other=0.0)  # fmt: skip
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        s = tl.where(offs_n[None, :] < seqlen_k, s, float("-inf"))
+        m_i = tl.maximum(m_i, tl.max(s, 1))
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for start_n in range(0, seqlen_k, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = offs_n[:, None] < seqlen_k
+        k = tl.load(k_ptr + offs_n[:, None] * stride_k + offs_d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + offs_n[:, None] * stride_v + offs_d[None, :], mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        s = tl.where(offs_n[None, :] < seqlen_k, s, float("-inf"))
+        p = tl.math.exp2(s - m_i[:, None])
+        l_i += tl.sum(p, 1)
+        acc += tl.dot(p.to(v.dtype), v)
+    tl.store(out_ptr + offs_m[:, None] * stride_o + offs_d[None, :], acc / l_i[:, None])
+
+
+@triton.jit
+def row_block_where_after(q_ptr, k_ptr, v_ptr, out_ptr, seqlen_k, stride_q, stride_k, stride_v,
+                          stride_o, qk_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          HEAD_DIM: tl.constexpr):  # fmt: skip
+    """Right: one key mask written seqlen_k > offs_n, loads without other, tl.where after."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q = tl.load(q_ptr + offs_m[:, None] * stride_q + offs_d[None, :])
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - float("inf")
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for start_n in range(0, seqlen_k, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        key = seqlen_k > offs_n
+        k = tl.load(k_ptr + offs_n[:, None] * stride_k + offs_d[None, :], mask=key[:, None])
+        k = tl.where(key[:, None], k, 0.0)
+        s = tl.where(key[None, :], tl.dot(q, tl.trans(k)) * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        v = tl.load(v_ptr + offs_n[:, None] * stride_v + offs_d[None, :], mask=key[:, None])
+        v = tl.where(key[:, None], v, 0.0)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    tl.store(out_ptr + offs_m[:, None] * stride_o + offs_d[None, :], acc / l_i[:, None])
+
+
+@triton.jit
+def row_block_moving_pointers(q_ptr, k_ptr, v_ptr, out_ptr, seqlen_k, stride_q, stride_k,
+                              stride_v, stride_o, qk_scale, BLOCK_M: tl.constexpr,
+                              BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+    """Right: K/V pointers advanced by BLOCK_N rows, the mask against the keys left, natural exp
+    (qk_scale / log2(e) is the softmax scale)."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
+    q = tl.load(q_ptr + offs_m[:, None] * stride_q + offs_d[None, :])
+    k_ptrs = k_ptr + offs_n[:, None] * stride_k + offs_d[None, :]
+    v_ptrs = v_ptr + offs_n[:, None] * stride_v + offs_d[None, :]
+    scale = qk_scale * 0.6931471805599453
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    for start_n in range(0, seqlen_k, BLOCK_N):
+        left = seqlen_k - start_n
+        k = tl.load(k_ptrs, mask=offs_n[:, None] < left, other=0.0)
+        v = tl.load(v_ptrs, mask=offs_n[:, None] < left, other=0.0)
+        s = tl.where(offs_n[None, :] < left, tl.dot(q, tl.trans(k)) * scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+        k_ptrs += BLOCK_N * stride_k
+        v_ptrs += BLOCK_N * stride_v
+    tl.store(out_ptr + offs_m[:, None] * stride_o + offs_d[None, :], acc / l_i[:, None])
+
+
+def test_row_block_styles_pass():
+    for kernel in (A.row_block_attention_kernel, row_block_where_after, row_block_moving_pointers):
+        out = run_quietly(TP.check_row_block, kernel)
+        assert "✓ row_block_attention_kernel" in out
+        assert ("not checked on the GPU" in out) == ON_GPU
+
+
+def test_row_block_reading_k_twice_is_named():
+    failure = rejected_by_rule(TP.check_row_block, row_block_two_pass, "tile-reloaded")
+    if failure is not None:
+        assert "`k` are read 2 times" in str(failure)
+
+
+def test_row_block_unmasked_keys_are_named():
+    """Keys past seqlen_k loaded without a mask and kept out of the scores (other=0.0 never given):
+    the output is right, the loads are not."""
+
+    @triton.jit
+    def row_block_kernel(q_ptr, k_ptr, v_ptr, out_ptr, seqlen_k, stride_q, stride_k, stride_v,
+                         stride_o, qk_scale, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         HEAD_DIM: tl.constexpr):  # fmt: skip
+        offs_m = tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, HEAD_DIM)
+        q = tl.load(q_ptr + offs_m[:, None] * stride_q + offs_d[None, :])
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+        for start_n in range(0, seqlen_k, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            key = offs_n < seqlen_k
+            k = tl.load(k_ptr + offs_n[:, None] * stride_k + offs_d[None, :])
+            v = tl.load(v_ptr + offs_n[:, None] * stride_v + offs_d[None, :])
+            v = tl.where(key[:, None], v, 0.0)
+            s = tl.where(key[None, :], tl.dot(q, tl.trans(k)) * qk_scale, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            alpha = tl.math.exp2(m_i - m_new)
+            p = tl.math.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+        tl.store(out_ptr + offs_m[:, None] * stride_o + offs_d[None, :], acc / l_i[:, None])
+
+    failure = rejected_by_rule(TP.check_row_block, row_block_kernel, "mask-missing")
+    if failure is not None:
+        assert "outside k" in str(failure)
+
+
+# the whole forward: query-tile loads in several styles, and launchers that skip the kernel
+Q_MASKED, Q_WHERE, Q_COLUMNS_ONLY = (tl.constexpr(i) for i in range(3))
+
+
+@triton.jit
+def fwd_styles(
+    q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr,
+    stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_on,
+    num_heads, seqlen_q, seqlen_k, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, STYLE: tl.constexpr,
+):  # fmt: skip
+    """One masked loop; the query tile loaded as STYLE says (Q_COLUMNS_ONLY: a slip, rows past
+    seqlen_q are read, and land only in rows never stored)."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // num_heads
+    h = bh % num_heads
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    q_ptrs = q_ptr + b * stride_qb + h * stride_qh + offs_m[:, None] * stride_qn + offs_d[None, :]
+    rows_in = seqlen_q > offs_m
+    cols_in = HEAD_DIM > offs_d
+    q_mask = rows_in[:, None] & cols_in[None, :]
+    if STYLE == Q_WHERE:
+        q = tl.where(q_mask, tl.load(q_ptrs, mask=q_mask), 0.0)
+    elif STYLE == Q_COLUMNS_ONLY:
+        q = tl.load(q_ptrs, mask=cols_in[None, :], other=0.0)
+    else:
+        q = tl.load(q_ptrs, mask=q_mask, other=0.0)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    hi = seqlen_k
+    if CAUSAL:
+        hi = tl.minimum((pid_m + 1) * BLOCK_M, seqlen_k)
+    k_base = k_ptr + b * stride_kb + h * stride_kh
+    v_base = v_ptr + b * stride_vb + h * stride_vh
+    for start_n in range(0, hi, BLOCK_N):
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        kv_in = (seqlen_k > offs_n[:, None]) & cols_in[None, :]
+        k = tl.load(k_base + offs_n[:, None] * stride_kn + offs_d[None, :], mask=kv_in, other=0.0)
+        v = tl.load(v_base + offs_n[:, None] * stride_vn + offs_d[None, :], mask=kv_in, other=0.0)
+        seen = offs_n[None, :] < seqlen_k
+        if CAUSAL:
+            seen = seen & (offs_n[None, :] <= offs_m[:, None])
+        s = tl.where(seen, tl.dot(q, tl.trans(k)) * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.math.exp2(m_i - m_new)
+        p = tl.math.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+    tl.store(lse_ptr + bh * seqlen_q + offs_m, lse, mask=rows_in)
+    o_ptrs = out_ptr + b * stride_ob + h * stride_oh + offs_m[:, None] * stride_on + offs_d[None, :]
+    tl.store(o_ptrs, (acc / l_i[:, None]).to(out_ptr.dtype.element_ty), mask=q_mask)
+
+
+def _in_notebook(fn, kernel):
+    """fn as a notebook defines it: beside it, in its globals, attention_fwd_kernel = kernel."""
+    namespace = dict(fn.__globals__, attention_fwd_kernel=kernel)
+    return types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+def _launch_kernel(kernel, q, k, v, out, lse, causal, softmax_scale, style, grid_heads=None):
+    batch, heads, n_q, d = q.shape
+    grid = (triton.cdiv(n_q, 16), grid_heads or batch * heads)
+    kernel[grid](
+        q, k, v, out, lse, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+        *out.stride()[:3], heads, n_q, k.shape[2], softmax_scale * 1.4426950408889634,
+        HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_M=16, BLOCK_N=32,
+        CAUSAL=causal, STYLE=style,
+    )  # fmt: skip
+
+
+def make_styled(style):
+    """A learner's launcher around fwd_styles, as the notebook names it (attention_fwd_kernel)."""
+
+    def attention_fwd(q, k, v, causal=False, softmax_scale=None):
+        check_attention_inputs(q, k, v, causal)
+        if softmax_scale is None:
+            softmax_scale = 1 / math.sqrt(q.shape[-1])
+        dtype = q.dtype
+        if ta.INTERPRETER and dtype == torch.bfloat16:  # the interpreter gets bfloat16 wrong
+            q, k, v = q.float(), k.float(), v.float()
+        out = torch.empty_like(q)
+        lse = torch.empty(q.shape[:3], device=q.device)
+        if k.shape[2] == 0:
+            return out.zero_().to(dtype), lse.fill_(-math.inf)
+        kernel = attention_fwd_kernel  # noqa: F821 (the notebook's name, see _in_notebook)
+        _launch_kernel(kernel, q, k, v, out, lse, causal, softmax_scale, style)
+        return out.to(dtype), lse
+
+    return _in_notebook(attention_fwd, fwd_styles)
+
+
+def _torch_attention(q, k, v, causal, softmax_scale):
+    """out and lse in float64 with torch, 16 queries at a time, each tile over the keys it sees
+    (causal: up to its last query): right on every case, the poisoned keys never read."""
+    if softmax_scale is None:
+        softmax_scale = 1 / math.sqrt(q.shape[-1])
+    n_q, n_k = q.shape[2], k.shape[2]
+    out = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
+    lse = torch.full(q.shape[:3], -math.inf, dtype=torch.float64, device=q.device)
+    for i0 in range(0, n_q if n_k else 0, 16):
+        rows = slice(i0, min(i0 + 16, n_q))
+        hi = min(i0 + 16, n_k) if causal else n_k
+        s = (q[:, :, rows].double() @ k[:, :, :hi].double().transpose(-1, -2)) * softmax_scale
+        if causal:
+            later = (
+                torch.arange(hi, device=q.device)[None, :]
+                > torch.arange(i0, rows.stop, device=q.device)[:, None]
+            )
+            s = s.masked_fill(later, -math.inf)
+        lse[:, :, rows] = torch.logsumexp(s, dim=-1)
+        out[:, :, rows] = torch.softmax(s, dim=-1) @ v[:, :, :hi].double()
+    return out.to(q.dtype), lse.float()
+
+
+def attention_fwd_torch(q, k, v, causal=False, softmax_scale=None):
+    """A launcher that never launches attention_fwd_kernel: torch computes everything."""
+    check_attention_inputs(q, k, v, causal)
+    return _torch_attention(q, k, v, causal, softmax_scale)
+
+
+def attention_fwd_kernel_for_show(q, k, v, causal=False, softmax_scale=None):
+    """A launcher that launches its kernel on the first head only and returns torch's result."""
+    check_attention_inputs(q, k, v, causal)
+    out, lse = _torch_attention(q, k, v, causal, softmax_scale)
+    if k.shape[2] and q.dtype != torch.bfloat16:
+        scratch, scratch_lse = torch.empty_like(q), torch.empty(q.shape[:3], device=q.device)
+        scale = softmax_scale or 1 / math.sqrt(q.shape[-1])
+        kernel = attention_fwd_kernel  # noqa: F821 (the notebook's name, see _in_notebook)
+        _launch_kernel(kernel, q, k, v, scratch, scratch_lse, causal, scale, Q_MASKED, grid_heads=1)
+    return out, lse
+
+
+def attention_fwd_course(q, k, v, causal=False, softmax_scale=None):
+    """A launcher that calls the course's own forward."""
+    return ta.flash_attention_fwd(q, k, v, causal, softmax_scale)
+
+
+@pytest.mark.parametrize("style", [Q_MASKED, Q_WHERE], ids=["other", "where-after"])
+def test_attention_fwd_styles_pass(style):
+    out = run_quietly(TP.check_attention_fwd, make_styled(style))
+    assert "✓ attention_fwd" in out and "launches attention_fwd_kernel" in out
+    assert ("not checked on the GPU" in out) == ON_GPU
+
+
+def test_attention_fwd_query_rows_unmasked_are_named():
+    """Named by the load rule, or (a launcher's float32 copy of bfloat16 q has no guard band
+    after it) by the interpreter's bounds guard: mask-missing either way."""
+    fn = make_styled(Q_COLUMNS_ONLY)
+    if ON_GPU:
+        assert "not checked on the GPU" in run_quietly(TP.check_attention_fwd, fn)
+        return
+    failure = str(failure_of(TP.check_attention_fwd, fn))
+    assert slug_of(failure) == "mask-missing", failure
+    assert "outside q" in failure or "through q_ptr" in failure, failure
+
+
+@pytest.mark.parametrize("in_notebook", [True, False], ids=["kernel-beside", "no-kernel-named"])
+def test_attention_fwd_without_its_kernel_is_named(in_notebook):
+    """torch computes out and lse: named in the interpreter, and on a GPU when the notebook's
+    attention_fwd_kernel is beside the launcher (its launches are counted there too)."""
+    fn = _in_notebook(attention_fwd_torch, fwd_styles) if in_notebook else attention_fwd_torch
+    if ON_GPU and not in_notebook:
+        assert "✓ attention_fwd" in run_quietly(TP.check_attention_fwd, fn)
+        return
+    failure = failure_of(TP.check_attention_fwd, fn)
+    assert slug_of(failure) == "launcher-skips-kernel", str(failure)
+    assert "launched attention_fwd_kernel 0 times" in str(failure)
+
+
+def test_attention_fwd_kernel_for_show_is_named():
+    fn = _in_notebook(attention_fwd_kernel_for_show, fwd_styles)
+    failure = rejected_by_rule(TP.check_attention_fwd, fn, "attention-outside-kernel")
+    if failure is not None:
+        assert "elements of q" in str(failure)
+
+
+def test_attention_fwd_calling_the_course_kernel_is_named():
+    failure = failure_of(TP.check_attention_fwd, attention_fwd_course)
+    assert slug_of(failure) == "calls-reference", str(failure)
+    assert "flash_attention_fwd" in str(failure)
+
+
+@triton.jit
+def scale_y_stride_x(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, alpha,
+                     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):  # fmt: skip
+    """One offset tile for both tensors, built with x's stride."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    offs = rows[:, None] * stride_x + cols[None, :]
+    tl.store(y_ptr + offs, alpha * tl.load(x_ptr + offs, mask=mask, other=0.0), mask=mask)
+
+
+def test_scale_tile_y_stride_of_x_is_named():
+    failure = failure_of(TP.check_scale_tile, scale_y_stride_x)
+    assert slug_of(failure) == "stride-of-other-tensor", str(failure)

@@ -19,6 +19,13 @@ shapes, the float32 state) and names the first failing stage. Two mistakes whose
 same numbers (tl.exp, and log2(e) folded twice) are told apart by the other output (lse), then by
 the learner's source.
 
+Some rules of the notebook leave the output right when they are broken: a load of a cell past the
+matrix whose value only reaches cells never stored, K read twice, a launcher that computes with
+torch. Once a case's values are right, its loads are judged (triton_loads: the runners record,
+in the interpreter, which elements of each input every program loads), and the forward check
+counts the launches of the learner's attention_fwd_kernel (on a GPU too). On a GPU the load
+rules are not checked, and the pass line says so.
+
 Causal attention here is the course's: query i sees keys 0..i, and causal needs N_q == N_k (the
 references of course_utils and the course's kernels refuse the rest).
 
@@ -61,6 +68,14 @@ from .triton_kernel import (
     _raised_failure,
     _reference_attention,
     emulate_kernel,
+)
+from .triton_loads import (
+    broken,
+    inside_rule,
+    launches_rule,
+    once_rule,
+    reads_inputs_rule,
+    rule_case,
 )
 
 __all__ = [
@@ -174,6 +189,8 @@ class Puzzle:
     tolerance: Callable  # (case, on_gpu) -> (tolerance, match tolerance)
     where: str  # how the buffer is described in a failure ("y_buf[r, c]")
     summary: str
+    rules: Callable = lambda case: ()  # (case) -> the triton_loads Rules its loads must keep
+    rules_summary: str = ""  # the rules, for the pass line
 
 
 def _stage_line(name: str, stages: list[str], failed: str) -> str:
@@ -189,10 +206,11 @@ def _run_puzzle(puzzle: Puzzle, kernel, cases: list[PuzzleCase]) -> int:
     on_gpu = _on_gpu()
     device = "cuda" if on_gpu else "cpu"
     stages = list(dict.fromkeys(c.stage for c in cases))
+    logged = []  # (case, its loads): the rules are judged once every value is right
     for case in cases:
         args, arrays = puzzle.inputs(case, torch, device)
         try:
-            got = _launch(puzzle.name, kernel, puzzle.run, *args)
+            got, loads = _launch(puzzle.name, kernel, puzzle.run, *args)
         except _LearnerRaised as err:
             failure = _raised_failure(puzzle.name, _Described(case), err.exc)
             raise CheckFailure(
@@ -206,6 +224,7 @@ def _run_puzzle(puzzle: Puzzle, kernel, cases: list[PuzzleCase]) -> int:
         tol, match_tol = puzzle.tolerance(case, on_gpu)
         err = _error(yours, expected)
         if err <= tol:
+            logged.append((case, loads))
             continue
         replays = (
             (m, theirs)
@@ -219,6 +238,10 @@ def _run_puzzle(puzzle: Puzzle, kernel, cases: list[PuzzleCase]) -> int:
             + "\n"
             + _puzzle_failure(puzzle, case, yours, expected, err, tol, mistake)
         )
+    for case, loads in logged:
+        rule_broken = broken(puzzle.name, puzzle.rules(case), loads, _Described(case).describe())
+        if rule_broken:
+            raise CheckFailure(rule_broken)
     return len(cases)
 
 
@@ -342,7 +365,20 @@ def _puzzle_failure(puzzle, case, yours, expected, err, tol, mistake) -> str:
 
 def _passed(puzzle: Puzzle, launches: int, stages: list[str]) -> None:
     where = "compiled on the GPU" if _on_gpu() else "in the interpreter"
-    print(f"✓ {puzzle.name}: {launches} launches match ({where}; {puzzle.summary})")
+    print(
+        f"✓ {puzzle.name}: {launches} launches match ({where}; {puzzle.summary})"
+        + _rules_line(puzzle.rules_summary)
+    )
+
+
+def _rules_line(rules: str) -> str:
+    """What the pass line says of the load rules: checked (in the interpreter, which records
+    every load), or not checked on a GPU (no interpreter hook there)."""
+    if not rules:
+        return ""
+    if _on_gpu():
+        return f"; not checked on the GPU, only in the interpreter: {rules}"
+    return f"; the interpreter's load log shows {rules}"
 
 
 def _check(puzzle: Puzzle, kernel, cases) -> None:
@@ -352,27 +388,37 @@ def _check(puzzle: Puzzle, kernel, cases) -> None:
 
 
 # ---- puzzle 1: scale a ragged 2-D matrix, tile by tile ------------------------------------------
+_READS_INSIDE = (
+    "a cell past the matrix is never loaded: a masked load gives `other` there (0.0, or -inf "
+    "in a max)"
+)
 PAD = 3.0  # what the spare cells of an input buffer hold: a read outside the matrix gets it
+# y's rows are this many elements wider than x's (stride_y = stride_x + 5) in puzzles 1 and 2: a
+# kernel that stores y with x's stride writes its rows in the wrong places
+Y_EXTRA = 5
 
 
 def _scale_inputs(case, torch, device):
     p = case.params
     gen = torch.Generator().manual_seed(p["seed"])
     x = torch.randn(p["n_rows"], p["n_cols"], generator=gen)
-    args = (x.to(device), PAD, p["alpha"], p["BLOCK_R"], p["BLOCK_C"])
+    args = (x.to(device), PAD, p["alpha"], p["BLOCK_R"], p["BLOCK_C"], Y_EXTRA)
     return args, x.double().numpy()
 
 
 def _scale_variant(case, x, *, bug=None):
-    """The (n_rows + BLOCK_R, n_cols + BLOCK_C + 3) buffer the kernel writes, program by
-    program, with one bug or none."""
+    """The (n_rows + BLOCK_R, n_cols + BLOCK_C + 3 + Y_EXTRA) buffer the kernel writes
+    (x's rows are n_cols + BLOCK_C + 3 apart, y's 5 more), program by program, with one bug or
+    none."""
     p = case.params
     n, m, br, bc, alpha = p["n_rows"], p["n_cols"], p["BLOCK_R"], p["BLOCK_C"], p["alpha"]
     shape = (n + br, m + bc + 3)
+    y_shape = (shape[0], shape[1] + Y_EXTRA)
     x_buf = np.full(shape, PAD)
     x_buf[:n, :m] = x
-    x_flat, y_flat = x_buf.reshape(-1), np.full(shape[0] * shape[1], np.nan)
+    x_flat, y_flat = x_buf.reshape(-1), np.full(y_shape[0] * y_shape[1], np.nan)
     stride = m if bug == "row-stride-n-cols" else shape[1]
+    stride_y = {"row-stride-n-cols": m, "y-stride-x": shape[1]}.get(bug, y_shape[1])
     for pr in range(-(-n // br)):
         for pc in range(-(-m // bc)):
             rows = (pr if bug == "pid-not-multiplied" else pr * br) + np.arange(br)
@@ -386,11 +432,12 @@ def _scale_variant(case, x, *, bug=None):
                 row_ok = np.ones_like(row_ok)
             mask = row_ok & col_ok
             offs = rows[:, None] * stride + cols[None, :]
+            offs_y = rows[:, None] * stride_y + cols[None, :]
             store_mask = np.ones_like(mask) if bug in ("store-unmasked", "unmasked") else mask
             load_mask = np.ones_like(mask) if bug == "unmasked" else mask
             vals = np.where(load_mask, x_flat[np.where(load_mask, offs, 0)], 0.0)
-            y_flat[offs[store_mask]] = (alpha * vals)[store_mask]
-    return y_flat.reshape(shape)
+            y_flat[offs_y[store_mask]] = (alpha * vals)[store_mask]
+    return y_flat.reshape(y_shape)
 
 
 def _scale_mistake(slug, title, explanation, bug):
@@ -449,6 +496,14 @@ SCALE_TILE_MISTAKES = [
         "alone the tiles overlap and most of the matrix is never written.",
         "pid-not-multiplied",
     ),
+    _scale_mistake(
+        "stride-of-other-tensor",
+        "y is stored with x's row stride (stride_x where stride_y belongs)",
+        "Each tensor has its own strides: row r of y starts r * stride_y elements after y_ptr. "
+        "Here y's rows are wider than x's (stride_y = stride_x + 5), as when y is a slice of "
+        "another buffer: store at y_ptr + rows[:, None] * stride_y + cols[None, :].",
+        "y-stride-x",
+    ),
 ]
 
 
@@ -488,6 +543,8 @@ SCALE_TILE = Puzzle(
     tolerance=lambda case, on_gpu: (1e-6, 1e-6),
     where="y_buf[{}, {}]",
     summary="several tiles, ragged rows and columns, rows wider than the matrix",
+    rules=lambda case: (inside_rule(rule_case(case.label), ("x",), _READS_INSIDE),),
+    rules_summary="no load of a cell outside x",
 )
 
 
@@ -506,17 +563,19 @@ def _softmax_inputs(case, torch, device):
     p = case.params
     gen = torch.Generator().manual_seed(p["seed"])
     x = p["spread"] * torch.randn(p["n_rows"], p["n_cols"], generator=gen) + p["shift"]
-    return (x.to(device), PAD), x.double().numpy()
+    return (x.to(device), PAD, Y_EXTRA), x.double().numpy()
 
 
 def _softmax_variant(case, x, *, bug=None):
-    """The (n_rows + 1, n_cols + BLOCK) buffer the row kernel writes, in float32."""
+    """The (n_rows + 1, n_cols + BLOCK + Y_EXTRA) buffer the row kernel writes, in
+    float32."""
     n, m = x.shape
     block = 1 << (m - 1).bit_length()
     x_buf = np.full((n + 1, m + block), PAD, dtype=np.float32)
     x_buf[:n, :m] = x
-    y_buf = np.full(x_buf.shape, np.nan, dtype=np.float32)
+    y_buf = np.full((n + 1, m + block + Y_EXTRA), np.nan, dtype=np.float32)
     stride = m if bug == "row-stride-n-cols" else x_buf.shape[1]
+    stride_y = {"row-stride-n-cols": m, "y-stride-x": x_buf.shape[1]}.get(bug, y_buf.shape[1])
     x_flat, y_flat = x_buf.reshape(-1), y_buf.reshape(-1)
     cols = np.arange(block)
     lim = m + 1 if bug == "mask-off-by-one" else m
@@ -532,7 +591,7 @@ def _softmax_variant(case, x, *, bug=None):
             e = np.exp(row) if bug == "unstable" else np.exp(row - row.max())
             y = e / e.sum(dtype=np.float32)
             keep = np.ones_like(mask) if bug in ("unmasked", "store-unmasked") else mask
-            y_flat[offs[keep]] = y[keep]
+            y_flat[(r * stride_y + cols)[keep]] = y[keep]
     return y_buf.astype(np.float64)
 
 
@@ -584,6 +643,14 @@ SOFTMAX_ROWS_MISTAKES = [
         "buffer, so stride_x > n_cols: use the strides.",
         "row-stride-n-cols",
     ),
+    _softmax_mistake(
+        "stride-of-other-tensor",
+        "y is stored with x's row stride (stride_x where stride_y belongs)",
+        "Each tensor has its own strides: row r of y starts r * stride_y elements after y_ptr. "
+        "Here y's rows are wider than x's (stride_y = stride_x + 5), as when y is a slice of "
+        "another buffer, so y_ptr + row * stride_x + cols writes row r into the wrong place.",
+        "y-stride-x",
+    ),
 ]
 
 
@@ -621,14 +688,16 @@ SOFTMAX_ROWS = Puzzle(
     mistakes=SOFTMAX_ROWS_MISTAKES,
     tolerance=lambda case, on_gpu: (1e-5, 1e-4),
     where="y_buf[{}, {}]",
-    summary="ragged rows, padding columns, scores near 100",
+    summary="ragged rows, padding columns, scores near 100, y's rows wider than x's",
+    rules=lambda case: (inside_rule(rule_case(case.label), ("x",), _READS_INSIDE),),
+    rules_summary="no load of a cell past the row",
 )
 
 
 def _softmax_reference(x):
     n, m = x.shape
     block = 1 << (m - 1).bit_length()
-    y = np.full((n + 1, m + block), np.nan)
+    y = np.full((n + 1, m + block + Y_EXTRA), np.nan)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     y[:n, :m] = e / e.sum(axis=1, keepdims=True)
     return y
@@ -772,6 +841,8 @@ MATMUL = Puzzle(
     tolerance=_matmul_tolerance,
     where="c_buf[{}, {}]",
     summary="ragged M, N and K, float16 in, float32 accumulated",
+    rules=lambda case: (inside_rule(rule_case(case.label), ("a", "b"), _READS_INSIDE),),
+    rules_summary="no load of a cell past the matrices (rows of a past M, columns of b past N)",
 )
 
 
@@ -927,7 +998,18 @@ ROW_BLOCK = Puzzle(
     tolerance=_row_block_tolerance,
     where="out[{}, {}]",
     summary="one and several K/V tiles, a late max, ragged keys, float16, float32 state",
+    rules=lambda case: _row_block_rules(case),
+    rules_summary="q, k and v read once each, no key past seqlen_k loaded",
 )
+
+
+def _row_block_rules(case):
+    c = rule_case(case.label)
+    once = "q is read once, k and v once each"
+    return (
+        inside_rule(c, ("q", "k", "v"), "the keys past seqlen_k are loaded masked (as 0)"),
+        *(once_rule(c, name, once) for name in ("k", "v", "q")),
+    )
 
 
 def check_row_block(kernel, seed: int | None = 0, trials: int = 1) -> None:
@@ -1381,7 +1463,7 @@ def _bf16_diagnose(name, attention_fwd, launch_args, expected, tols) -> Mistake 
 
     q, k, v, *rest = launch_args
     try:
-        out, lse = _launch(
+        out, lse, _ = _launch(
             name, attention_fwd, run_attention_fwd, q.float(), k.float(), v.float(), *rest
         )
     except Exception:  # the diagnosis only: the first run's failure stands
@@ -1413,7 +1495,7 @@ def check_attention_fwd(attention_fwd: Callable, seed: int | None = 0, trials: i
     print(
         f"✓ {name}: {launches} calls match float64 attention ({where}; stages: batches and heads, "
         "ragged N, a strided layout, N_q != N_k, d = 16 to 128, causal, no loads above the "
-        "diagonal, dtypes, no keys, random shapes, float32 state)"
+        "diagonal, dtypes, no keys, random shapes, float32 state)" + _forward_rules_line()
     )
 
 
@@ -1427,17 +1509,19 @@ def _check_attention_fwd(name, attention_fwd, seed, trials) -> tuple[int, bool]:
     cases = _forward_cases(seed, trials, on_gpu)
     stages = list(dict.fromkeys(c.stage for c in cases))
     source = None  # read once, on the first failure
+    logged = []  # (case, its loads): the rules are judged once every value is right
     for case in cases:
         (q, k, v), (q64, k64, v64) = _forward_inputs(case, torch, device)
         launch_args = (q, k, v, case.causal, case.scale, case.layout)
         try:
-            got = _launch(name, attention_fwd, run_attention_fwd, *launch_args)
+            record = case.stage in _LOGGED_STAGES
+            got = _launch(name, attention_fwd, run_attention_fwd, *launch_args, record)
         except _LearnerRaised as err:
             failure = _raised_failure(name, case, err.exc)
             raise CheckFailure(
                 _stage_line(name, stages, case.stage) + "\n" + str(failure) + _dtype_hint(err.exc)
             ) from None
-        out_t, lse_t = got
+        out_t, lse_t, loads = got
         shape_problem = _shape_failure(name, stages, case, out_t, lse_t, case.dtype)
         if shape_problem:
             raise CheckFailure(shape_problem)
@@ -1477,4 +1561,42 @@ def _check_attention_fwd(name, attention_fwd, seed, trials) -> tuple[int, bool]:
             if mistake is None and which == 0 and case.batch * case.heads > 1:
                 mistake = _offsets_diagnose(y, e, tol)
             raise CheckFailure(_forward_failure(name, stages, case, what, y, e, err, tol, mistake))
+        logged.append((case, loads))
+    for case, loads in logged:
+        rule_broken = broken(name, _forward_rules(case), loads, case.describe())
+        if rule_broken:
+            raise CheckFailure(rule_broken)
     return len(cases), on_gpu
+
+
+# The stages whose loads are recorded and judged (the load log costs time in the interpreter):
+# several heads, ragged N_q and N_k, a strided layout, causal tiles
+_LOGGED_STAGES = ("one tile", "batch and heads", "ragged N", "strided layout", "N_q != N_k",
+                  "causal")  # fmt: skip
+_FORWARD_RULES = (
+    "the kernel reads every element of q, k and v, none past N_q or N_k, and k and v once per "
+    "program"
+)
+
+
+def _forward_rules_line() -> str:
+    """The pass line's words on the rules: the launches are counted on a GPU too."""
+    return "; attention_fwd launches attention_fwd_kernel" + _rules_line(_FORWARD_RULES)
+
+
+def _forward_rules(case: ForwardCase) -> tuple:
+    """The load rules of one call: the launcher launches the learner's attention_fwd_kernel; no
+    load reads past q's, k's or v's rows (the guard band _laid_out puts after them); one program
+    reads each element of k and v once; and on the first stage's cases (contiguous, float32:
+    nothing for a launcher to copy) the kernel reads all of q, k and v."""
+    c = rule_case(case.label)
+    rules = [
+        launches_rule(c, "attention_fwd_kernel"),
+        inside_rule(c, ("q", "k", "v"), "the query tile and the K/V tiles are loaded masked"),
+        *(once_rule(c, n, "each program reads its K/V tiles once") for n in ("k", "v")),
+    ]
+    if case.stage == "one tile" and case.dtype == "float32" and case.layout == "contiguous":
+        rules.append(reads_inputs_rule(c, ("q", "k", "v")))
+    if case.n_k == 0:  # nothing to launch for: an empty sum is answered by the launcher
+        rules = rules[1:]
+    return tuple(rules)

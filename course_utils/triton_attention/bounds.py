@@ -108,6 +108,9 @@ class _Launch:
 
 
 _ACTIVE: list[_Launch] = []  # the launches under way (the interpreter runs one at a time)
+# Recorders of the loads (load_log.LoadRecorder): told of each launch, begin(kernel name, its
+# Python function), and of each load that passed the check, load(ptrs, mask)
+LISTENERS: list = []
 
 
 def _tensors_of(value, name: str):
@@ -348,6 +351,9 @@ class _GuardedMemory:
 
     def load(self, ptrs, mask, other, dtype, *rest):
         _check("load", ptrs, mask, _itemsize(dtype, other))
+        if _ACTIVE:
+            for listener in LISTENERS:
+                listener.load(ptrs, mask)
         return self._inner.load(ptrs, mask, other, dtype, *rest)
 
     def store(self, ptrs, value, mask, *rest):
@@ -410,6 +416,8 @@ def _wrap_call(call):
     @functools.wraps(call)
     def guarded_call(self, *args, **kwargs):
         _ACTIVE.append(_Launch(getattr(self.fn, "__name__", "the kernel")))
+        for listener in LISTENERS:
+            listener.begin(_ACTIVE[-1].kernel, self.fn)
         try:
             return call(self, *args, **kwargs)
         except Exception as exc:
