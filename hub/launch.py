@@ -1,5 +1,7 @@
-"""A class on one machine: JupyterHub with the course's student lab, the instructor's Formgrader
-and nbgrader's exchange set up so that one student cannot read another's work.
+"""A class on one machine: JupyterHub, the student lab, Formgrader, a private nbgrader exchange.
+
+Each student gets the course's student lab, the instructor Formgrader, and nbgrader's exchange is
+set up so that one student cannot read another's work.
 
     python3 course.py hub --roster roster.csv --instructor NAME [--create-users] [--port 8000]
 
@@ -195,6 +197,12 @@ def settings(
     proxy_api_port: int = 8001,
 ) -> dict:
     """What hub/jupyterhub_config.py reads (as JSON, from $COURSE_HUB_SETTINGS)."""
+    missing = [u for u in [instructor, *students] if not user_exists(u)]
+    if missing:
+        raise HubError(
+            f"no system user {', '.join(missing)}: create them (useradd -m NAME; passwd NAME) "
+            "or pass --create-users"
+        )
     home = Path(pwd.getpwnam(instructor).pw_dir)
     return {
         "students": sorted(students),
@@ -217,12 +225,6 @@ def prepare(s: dict) -> Path:
     if os.geteuid() != 0:
         raise HubError(
             "the hub runs as root: PAM checks passwords and each server runs as its user"
-        )
-    missing = [u for u in [s["instructor"], *s["students"]] if not user_exists(u)]
-    if missing:
-        raise HubError(
-            f"no system user {', '.join(missing)}: create them (useradd -m NAME; passwd NAME) "
-            "or pass --create-users"
         )
     blocked = [p for path in course_paths() for p in reachable_by_all(path)]
     if blocked:
