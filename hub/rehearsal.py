@@ -24,6 +24,9 @@ from pathlib import Path
 from . import launch
 
 PASSWORD_BYTES = 12
+# the environment's python by its real path: the grader's sandbox hides the repository, so a
+# .venv that is a symbolic link inside it (a git worktree's) would not be found there
+PYTHON = str(Path(sys.prefix).resolve() / "bin" / "python")
 
 
 def _free_port() -> int:
@@ -191,6 +194,7 @@ class Hub:
             self.instructor,
             list(args),
             cwd=self.course,
+            env={"PYTHONPATH": str(launch.REPO)},
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -200,7 +204,7 @@ class Hub:
         return proc
 
     def nbgrader(self, *args) -> subprocess.CompletedProcess:
-        return self.as_instructor(sys.executable, "-m", "nbgrader", *args)
+        return self.as_instructor(PYTHON, "-m", "nbgrader", *args)
 
     def release(self, assignment: str) -> None:
         self.nbgrader("generate_assignment", assignment, "--force")
@@ -219,7 +223,7 @@ class Hub:
             self.nbgrader("collect", a, "--update")
         out = self.course / "graded"
         self.as_instructor(
-            sys.executable,
+            PYTHON,
             "-m",
             "graders",
             "grade",
