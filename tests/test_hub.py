@@ -7,13 +7,15 @@ instructor and three students made for the run (hub/rehearsal.py):
     right       logs in, fetches 01 and 05 from the Assignments tab, answers 01 fully and 05
                 half, validates, submits; later submits 05 fully (the late resubmission)
     partly      logs in, fetches 01, answers half of it, validates, submits
-    nosy        cannot list, read or move either submission from their own server
+    nosy        cannot list, read or move either submission, nor read the others' homes, from a
+                shell of their own (their user) or their server's Assignments API
     instructor  collects, grades with `python -m graders grade` (sandbox on), releases feedback
     right, partly  fetch feedback in the Assignments tab and see their scores and the checks'
                    messages in it
 
 Every score is asserted against the course's own points (graders.bank). The privacy check is run
-again with the exchange loosened (inbound listable, root not sticky) and must then find the leak.
+again with the exchange loosened (inbound listable, root not sticky, a home 755) and must then
+find each leak. About 3 minutes on 2 cores.
 
 Needs root (CI), configurable-http-proxy (npm), Chromium and playwright; skipped elsewhere.
 """
@@ -251,6 +253,9 @@ def klass():
                     submit(page, a)
             got["times"]["students"] = time.perf_counter() - t0
             got["leaks"] = peek(hub, nosy, [right, partly])
+            hub.spawn(nosy)  # and from nosy's own server, through nbgrader's Assignments API
+            course_q = f"/assignments?course_id={hub.settings['course_id']}"
+            got["nosy_list"] = hub.server(nosy, "GET", course_q, hub.user_token(nosy))
             got["inbound_mode"] = stat.S_IMODE(os.stat(hub.exchange_course / "inbound").st_mode)
             # the late resubmission of 05, fully answered, after the first was in
             time.sleep(1.1)
@@ -270,6 +275,7 @@ def klass():
         inbound = hub.exchange_course / "inbound"
         os.chmod(inbound, 0o2777)
         os.chmod(hub.settings["exchange"], 0o777)
+        os.chmod(hub.home(right), 0o755)
         got["loose_leaks"] = peek(hub, nosy, [right, partly])
         yield got
     finally:
@@ -325,9 +331,17 @@ def test_each_student_sees_their_score_and_the_checks_messages(klass):
 def test_a_third_student_cannot_reach_the_others_work(klass):
     assert klass["leaks"] == []
     assert klass["inbound_mode"] & 0o004 == 0  # what nbgrader sets, kept
+    right, partly, nosy = klass["hub"].students
+    seen = klass["nosy_list"]
+    assert seen["success"], seen
+    assert {a["assignment_id"] for a in seen["value"]} == {A1, A5}
+    assert {a["status"] for a in seen["value"]} == {"released"}
+    assert right not in json.dumps(seen) and partly not in json.dumps(seen)
 
 
 def test_the_privacy_check_finds_a_loosened_exchange(klass):
     leaks = klass["loose_leaks"]
     assert any(leak.startswith("listed inbound") for leak in leaks), leaks
     assert "renamed the course's exchange folder" in leaks, leaks
+    home = klass["hub"].home(klass["hub"].students[0])
+    assert any(leak.startswith(f"read {home}/") for leak in leaks), leaks
