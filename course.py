@@ -6,6 +6,9 @@
     python3 course.py lab --gpu    # both: add torch and Triton, then start the lab
     python3 course.py instructor   # JupyterLab on the repository, with nbgrader's tools
     python3 course.py test         # lint, format check and every test, notebooks included
+    python3 course.py hub --roster roster.csv --instructor NAME
+                                   # a class on this machine: JupyterHub, nbgrader's exchange
+                                   # (as root; docs/hub.md)
 
 The environment comes in layers (pyproject.toml's extras): `lab` installs the NumPy track only
 (notebooks 01-05 and 07: NumPy, SciPy, Matplotlib, ipywidgets, JupyterLab, nbgrader's Validate);
@@ -55,7 +58,8 @@ NEEDS = {
     "lab": ("lab",),
     "gpu": ("lab", "gpu"),
     "instructor": ("course", "dev"),
-    "test": ("course", "dev"),
+    "test": ("course", "dev", "hub"),
+    "hub": ("course", "hub"),
 }
 BRINGS = {
     "lab": "the NumPy track: NumPy, SciPy, Matplotlib, ipywidgets, JupyterLab, nbgrader's Validate"
@@ -63,6 +67,7 @@ BRINGS = {
     "gpu": "Triton (about 1 GB installed; Linux only)",
     "course": "the instructor's tools: Triton, copydetect, dask (about 1.1 GB installed)",
     "dev": "the test tools: pytest, ruff, Playwright (about 0.2 GB installed)",
+    "hub": "JupyterHub, for a class on one machine (about 0.1 GB installed)",
 }
 TORCH_EXTRAS = {"gpu", "course"}
 
@@ -431,7 +436,18 @@ def cmd_test(args: list[str]) -> int:
     return run([py, "-m", "pytest", "-n", jobs, "--dist", "loadgroup", *args])
 
 
-COMMANDS = {"lab": cmd_lab, "gpu": cmd_gpu, "instructor": cmd_instructor, "test": cmd_test}
+def cmd_hub(args: list[str]) -> int:
+    py = ensure_env(NEEDS["hub"])
+    return serve([py, "-m", "hub.launch", *args], dict(os.environ))
+
+
+COMMANDS = {
+    "lab": cmd_lab,
+    "gpu": cmd_gpu,
+    "instructor": cmd_instructor,
+    "test": cmd_test,
+    "hub": cmd_hub,
+}
 
 
 def main(argv: list[str]) -> int:

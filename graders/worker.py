@@ -119,6 +119,7 @@ def grade_one(job: dict) -> dict:
     graded_nb = nbformat.read(graded_nb_path, 4)
     for gid in truncate_outputs(graded_nb):
         result["problems"].append(f"cell {gid}: very long output, cut in the feedback")
+    graded_nb_path.chmod(0o644)  # nbgrader leaves it read-only: only a root grader could write it
     nbformat.write(graded_nb, str(graded_nb_path))
     # the autograded notebook goes back to the client, which files it in the instructor's
     # gradebook course directory (graders/gradebook.py): Formgrader shows it cell by cell

@@ -124,18 +124,18 @@ def test_first_start_falls_back_and_says_each_step(course, fake_setup, capsys):
     out = capsys.readouterr().out
     assert commands[0][-3:] == ["torch==2.13.0", "--index-url", course.CPU_INDEX]
     assert commands[1][-1] == "torch==2.13.0" and "--index-url" not in commands[1]
-    assert commands[2][-2:] == ["-e", ".[course,dev]"]
+    assert commands[2][-2:] == ["-e", ".[course,dev,hub]"]
     assert all("--progress-bar" in c and c[c.index("--progress-bar") + 1] == "on" for c in commands)
     for line in (
         "1/3 creating",
         "2/3 installing torch==2.13.0 from",
         "failed; trying pip's own",
-        "3/3 installing the course package [course,dev]",
+        "3/3 installing the course package [course,dev,hub]",
         "done in",
         "environment ready in",
     ):
         assert line in out, out
-    assert course.read_stamp() == (course.setup_hash(), {"course", "dev"})
+    assert course.read_stamp() == (course.setup_hash(), {"course", "dev", "hub"})
 
 
 def test_lab_installs_the_numpy_track_and_gpu_adds_torch_and_triton(course, fake_setup, capsys):
@@ -206,7 +206,7 @@ def test_the_student_base_is_the_numpy_track_and_gpu_is_torch_and_triton():
     assert _requirements("gpu") == {"torch", "triton"}
     assert lab | _requirements("gpu") <= _requirements("course"), "course: the whole course"
     course_py = (ROOT / "course.py").read_text()
-    assert '"lab": ("lab",)' in course_py and '"test": ("course", "dev")' in course_py
+    assert '"lab": ("lab",)' in course_py and '"test": ("course", "dev", "hub")' in course_py
 
 
 def _free_port() -> int:
