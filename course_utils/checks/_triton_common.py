@@ -1,5 +1,5 @@
-"""What notebook 06's two checks share: the launch of a learner's kernel through a runner, the
-comparison of output buffers, and the naming of a mistake among replays that match.
+"""What notebook 06's two check modules share: the launch of a learner's kernel through a
+runner, the comparison of output buffers, and the naming of a mistake among replays that match.
 
     _launch(name, fn, run, *args)       call_learner on a runner of course_utils.triton_attention.
                                         puzzles; the learner's errors become CheckFailures
@@ -11,8 +11,8 @@ comparison of output buffers, and the naming of a mistake among replays that mat
     _stage_line, _rules_line, _dtype_hint
                                         the lines of a failure and of a pass line
 
-Used by triton_puzzles (the four puzzles) and triton_forward (the whole forward kernel); flash_
-decoding reuses _dtype_hint.
+Used by triton_puzzles (the four puzzles) and triton_forward (the whole forward kernel);
+flash_decoding reuses _dtype_hint.
 """
 
 from __future__ import annotations
