@@ -12,7 +12,8 @@ A few tags are written inline in a check's message (the hinted answers of a quic
 before the tag, read from the module's source without running it, are the title.
 
 One slug can come back in several notebooks, sometimes with words fitted to each; `Catalogue.find`
-prefers the words of the check modules that the assignment's notebook imports.
+prefers the words of the check modules that the assignment's notebook imports, then of those they
+import (modules_of).
 """
 
 from __future__ import annotations
@@ -63,8 +64,9 @@ class Catalogue:
         found = self.by_slug.get(slug)
         if not found:
             return None
-        mine = modules_of(assignment) if assignment else ()
-        ranked = sorted(found, key=lambda k: (k.module not in mine, not k.explanation))
+        near = _depths(assignment) if assignment else {}
+        far = len(near) + 1  # a module the notebook does not reach
+        ranked = sorted(found, key=lambda k: (near.get(k.module, far), not k.explanation))
         return ranked[0]
 
 
@@ -74,15 +76,54 @@ def check_modules(root: Path = pipeline.REPO) -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules([str(folder)]) if m.name != "_remote")
 
 
-@cache
 def modules_of(assignment: str, root: Path = pipeline.REPO) -> tuple[str, ...]:
-    """The check modules the assignment's student notebook imports (its graded cells do)."""
+    """The check modules the assignment's student notebook imports (its graded cells do), then
+    those these import in turn (notebook 06's checks take their load rules from triton_loads),
+    nearest first."""
+    near = _depths(assignment, root)
+    return tuple(sorted(near, key=lambda m: (near[m], m)))
+
+
+@cache
+def _depths(assignment: str, root: Path = pipeline.REPO) -> dict[str, int]:
+    """check module -> how far from the notebook: 0 for those its cells import, 1 for those they
+    import, ...; a slug's words are taken from the nearest module that explains it."""
     path = root / "notebooks" / assignment / f"{assignment}.ipynb"
     try:
         text = path.read_text(encoding="utf-8")
     except OSError:
+        return {}
+    depths = dict.fromkeys(sorted(set(_IMPORTED.findall(text))), 0)
+    todo = list(depths)
+    while todo:
+        name = todo.pop(0)
+        for used in _imports_of(name, root):
+            if used not in depths:
+                depths[used] = depths[name] + 1
+                todo.append(used)
+    return depths
+
+
+@cache
+def _imports_of(module_name: str, root: Path = pipeline.REPO) -> tuple[str, ...]:
+    """The check modules one check module imports, read from its source (nothing is run)."""
+    folder = root / "course_utils" / "checks"
+    try:
+        tree = ast.parse((folder / f"{module_name}.py").read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
         return ()
-    return tuple(sorted(set(_IMPORTED.findall(text))))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1 and node.module:  # from .triton_loads import ...
+                found.add(node.module.split(".")[0])
+            elif node.level == 1:  # from . import triton_loads
+                found.update(a.name for a in node.names)
+            elif node.module:  # from course_utils.checks.triton_loads import ...
+                found.update(_IMPORTED.findall(node.module))
+        elif isinstance(node, ast.Import):
+            found.update(m for a in node.names for m in _IMPORTED.findall(a.name))
+    return tuple(sorted(m for m in found if (folder / f"{m}.py").is_file()))
 
 
 def _walk(value, module: str, found: list[Known], seen: set[int], depth: int = 0) -> None:

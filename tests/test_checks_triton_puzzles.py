@@ -21,6 +21,7 @@ from triton.runtime.jit import KernelInterface
 import course_utils.triton_attention as ta  # noqa: F401  (first: the interpreter)
 from benchmarks import learner_solutions
 from course_utils.checks import CheckFailure
+from course_utils.checks import triton_forward as TF
 from course_utils.checks import triton_puzzles as TP
 from course_utils.triton_attention.puzzles import check_attention_inputs
 
@@ -480,7 +481,7 @@ def make_fwd(
     ids=["solution", "two-phase", "one-loop", "guarded-64x32"],
 )
 def test_attention_fwd_right(fn):
-    assert "✓ attention_fwd" in run_quietly(TP.check_attention_fwd, fn)
+    assert "✓ attention_fwd" in run_quietly(TF.check_attention_fwd, fn)
 
 
 @pytest.mark.parametrize(
@@ -505,12 +506,12 @@ def test_attention_fwd_right(fn):
     ids=lambda x: x if isinstance(x, str) else "",
 )
 def test_attention_fwd_mistakes(fn, slug):
-    failure = failure_of(TP.check_attention_fwd, fn)
+    failure = failure_of(TF.check_attention_fwd, fn)
     assert slug_of(failure) == slug, str(failure)
 
 
 def test_attention_fwd_names_the_stage():
-    text = str(failure_of(TP.check_attention_fwd, make_fwd(CAUSAL_LT)))
+    text = str(failure_of(TF.check_attention_fwd, make_fwd(CAUSAL_LT)))
     assert "stage 7 of 12 (causal) fails" in text
     assert "stage 6 (head dims) passes" in text
 
@@ -520,7 +521,7 @@ def test_stub_raises_not_implemented():
         raise NotImplementedError()
 
     with pytest.raises(NotImplementedError):
-        TP.check_attention_fwd(attention_fwd)
+        TF.check_attention_fwd(attention_fwd)
 
     @triton.jit
     def scale_tile_kernel(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, alpha,
@@ -534,9 +535,9 @@ def test_stub_raises_not_implemented():
 @pytest.mark.parametrize("on_gpu", [False, True])
 def test_float32_state_case_in_every_run(on_gpu, monkeypatch):
     """The hidden tests (seed=None, more trials) and the GPU run keep the float32 state's case."""
-    monkeypatch.setattr(TP, "_ampere_or_newer", lambda: True)
+    monkeypatch.setattr(TF, "_ampere_or_newer", lambda: True)
     for seed, trials in ((0, 1), (None, 3)):
-        forward = TP._forward_cases(seed, trials, on_gpu)
+        forward = TF._forward_cases(seed, trials, on_gpu)
         assert [c.stage for c in forward].count("float32 state") == 1
         assert forward[-1].exact and forward[-1].dtype == "float16"
         rows = TP._row_block_cases(seed, trials)
@@ -621,7 +622,7 @@ def attention_fwd_torch_math(q, k, v, causal=False, softmax_scale=None):
 def test_attention_fwd_misleading_diagnoses(fn, slug, stage):
     if fn is attention_fwd_sdpa and not ta.INTERPRETER:
         pytest.skip("a GPU's flash SDPA skips the masked key blocks: the NaN keys never show")
-    failure = str(failure_of(TP.check_attention_fwd, fn))
+    failure = str(failure_of(TF.check_attention_fwd, fn))
     assert f"({stage}) fails" in failure, failure
     if slug is not None:
         assert slug_of(failure) == slug, failure
@@ -632,9 +633,9 @@ def test_attention_fwd_bf16_not_upcast():
     """In the interpreter bfloat16 is computed wrong: the launcher's job, said so, not the dot."""
     fn = make_fwd(upcast=False)
     if not ta.INTERPRETER:  # compiled, bfloat16 is right: the same launcher passes
-        assert "✓ attention_fwd" in run_quietly(TP.check_attention_fwd, fn)
+        assert "✓ attention_fwd" in run_quietly(TF.check_attention_fwd, fn)
         return
-    failure = str(failure_of(TP.check_attention_fwd, fn))
+    failure = str(failure_of(TF.check_attention_fwd, fn))
     assert slug_of(failure) == "bf16-in-interpreter", failure
     assert "(dtypes) fails" in failure and "q.float()" in failure
 
@@ -669,7 +670,7 @@ def row_block_sharper(q_ptr, k_ptr, v_ptr, out_ptr, seqlen_k, stride_q, stride_k
 def test_no_known_mistake_is_not_named():
     failure = str(failure_of(TP.check_row_block, row_block_sharper))
     assert slug_of(failure) is None and "No known mistake matches" in failure, failure
-    failure = str(failure_of(TP.check_attention_fwd, make_fwd(twice=True, log2e=False)))
+    failure = str(failure_of(TF.check_attention_fwd, make_fwd(twice=True, log2e=False)))
     assert slug_of(failure) is None and "no known mistake" in failure.lower(), failure
 
 
@@ -697,7 +698,7 @@ def test_attention_fwd_right_in_base_e():
     """A fifth right style: base e throughout (the launcher passes softmax_scale alone, the kernel
     uses tl.exp and lse = m_i + log(l_i)); neither exp-vs-exp2 nor exp2-without-log2e."""
     fn = make_fwd(BASE_E, block_m=32, block_n=16, log2e=False)
-    assert "✓ attention_fwd" in run_quietly(TP.check_attention_fwd, fn)
+    assert "✓ attention_fwd" in run_quietly(TF.check_attention_fwd, fn)
 
 
 # ---- the rules the notebook states that the outputs cannot show (issue 40) ---------------------
@@ -1155,7 +1156,7 @@ def attention_fwd_course(q, k, v, causal=False, softmax_scale=None):
 
 @pytest.mark.parametrize("style", [Q_MASKED, Q_WHERE], ids=["other", "where-after"])
 def test_attention_fwd_styles_pass(style):
-    out = run_quietly(TP.check_attention_fwd, make_styled(style))
+    out = run_quietly(TF.check_attention_fwd, make_styled(style))
     assert "✓ attention_fwd" in out and "launches attention_fwd_kernel" in out
     assert ("not checked on the GPU" in out) == ON_GPU
 
@@ -1165,9 +1166,9 @@ def test_attention_fwd_query_rows_unmasked_are_named():
     after it) by the interpreter's bounds guard: mask-missing either way."""
     fn = make_styled(Q_COLUMNS_ONLY)
     if ON_GPU:
-        assert "not checked on the GPU" in run_quietly(TP.check_attention_fwd, fn)
+        assert "not checked on the GPU" in run_quietly(TF.check_attention_fwd, fn)
         return
-    failure = str(failure_of(TP.check_attention_fwd, fn))
+    failure = str(failure_of(TF.check_attention_fwd, fn))
     assert slug_of(failure) == "mask-missing", failure
     assert "outside q" in failure or "through q_ptr" in failure, failure
 
@@ -1178,22 +1179,22 @@ def test_attention_fwd_without_its_kernel_is_named(in_notebook):
     attention_fwd_kernel is beside the launcher (its launches are counted there too)."""
     fn = _in_notebook(attention_fwd_torch, fwd_styles) if in_notebook else attention_fwd_torch
     if ON_GPU and not in_notebook:
-        assert "✓ attention_fwd" in run_quietly(TP.check_attention_fwd, fn)
+        assert "✓ attention_fwd" in run_quietly(TF.check_attention_fwd, fn)
         return
-    failure = failure_of(TP.check_attention_fwd, fn)
+    failure = failure_of(TF.check_attention_fwd, fn)
     assert slug_of(failure) == "launcher-skips-kernel", str(failure)
     assert "launched attention_fwd_kernel 0 times" in str(failure)
 
 
 def test_attention_fwd_kernel_for_show_is_named():
     fn = _in_notebook(attention_fwd_kernel_for_show, fwd_styles)
-    failure = rejected_by_rule(TP.check_attention_fwd, fn, "attention-outside-kernel")
+    failure = rejected_by_rule(TF.check_attention_fwd, fn, "attention-outside-kernel")
     if failure is not None:
         assert "elements of q" in str(failure)
 
 
 def test_attention_fwd_calling_the_course_kernel_is_named():
-    failure = failure_of(TP.check_attention_fwd, attention_fwd_course)
+    failure = failure_of(TF.check_attention_fwd, attention_fwd_course)
     assert slug_of(failure) == "calls-reference", str(failure)
     assert "flash_attention_fwd" in str(failure)
 

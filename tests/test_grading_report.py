@@ -240,6 +240,31 @@ def test_every_named_mistake_of_the_bank_has_the_checks_words():
     assert cat.find("no-such-slug") is None
 
 
+# Slugs notebook 06's checks name whose words also live in another notebook's checks (03's
+# tile-reloaded, the puzzles' mask-missing) or in a module notebook 06 reaches only through its
+# checks' imports (triton_loads)
+SLUGS_06 = ("tile-reloaded", "mask-missing", "stride-of-other-tensor", "attention-outside-kernel",
+            "launcher-skips-kernel", "scale-folded-twice", "exp2-without-log2e",
+            "bf16-in-interpreter")  # fmt: skip
+CHECKS_06 = ("triton_puzzles", "triton_forward", "triton_loads", "triton_kernel")
+
+
+@pytest.mark.parametrize("slug", SLUGS_06)
+def test_notebook_06_slugs_have_06s_words(slug):
+    """A slug of notebook 06 is explained in the words of 06's own checks: the modules its
+    cells import, or those these import (triton_loads), never another notebook's."""
+    cat = misconceptions.catalogue()
+    known = cat.find(slug, "06_triton_forward")
+    assert known is not None and known.title and known.explanation, slug
+    mine = misconceptions.modules_of("06_triton_forward")
+    assert known.module in mine, (slug, known.module, mine)
+    assert known.module in CHECKS_06, known
+    if slug == "tile-reloaded":  # notebook 03 has words of its own: each keeps its own
+        words_03 = cat.find(slug, "03_tiled_forward")
+        assert words_03.module == "tiled" and words_03.title != known.title
+        assert "K or V" in known.title
+
+
 # ---------------------------------------------------------------------------------------------
 # A small real class, graded by the command line
 # ---------------------------------------------------------------------------------------------

@@ -48,13 +48,13 @@ from ._core import (
     mismatch_lines,
 )
 from ._core import hinted_answer as _hinted
+from ._triton_common import _dtype_hint
 from .triton_kernel import (
     HALF_STATE_EXPLANATION,
     HALF_STATE_TITLE,
     _nothing_on_stderr,
     _raised_failure,
 )
-from .triton_puzzles import _dtype_hint
 
 __all__ = [
     "CHUNK_LSE_MISTAKES",
