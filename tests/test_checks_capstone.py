@@ -164,23 +164,56 @@ def test_a_block_that_does_not_use_its_backend_is_named(fn):
     with pytest.raises(CheckFailure) as info:
         run_quietly(checks.check_attention_block, fn)
     assert slug_of(info.value) == "ignores-attention-backend", str(info.value)
-    assert "check_backend" in str(info.value)
+    assert "attention = check_backend" in str(info.value)  # its name, not an address
 
 
 def test_a_backend_called_on_folded_heads_is_named():
     with pytest.raises(CheckFailure) as info:
         run_quietly(checks.check_attention_block, folded_heads)
     assert slug_of(info.value) == "attention-input-shape", str(info.value)
-    assert "(4, 5, 4)" in str(info.value)  # the learner's q: (B * H, N, d)
+    assert "(B, H, N, d)" in str(info.value) and "check_backend" in str(info.value)
 
 
-def test_the_check_backend_differs_from_naive_and_records():
-    backend = checks._recording_backend()
+def test_the_check_backend_differs_from_naive_and_from_its_misuse():
+    backend = checks.check_backend
+    naive = gpt.resolve_attention("naive")
     q, k, v = (torch.randn(1, 2, 4, 3, dtype=torch.float64) for _ in range(3))
     ours = backend(q, k, v, True)
-    assert backend.calls == [((1, 2, 4, 3),) * 3 + (True,)]
-    assert not torch.allclose(ours, gpt.resolve_attention("naive")(q, k, v, True))
-    assert torch.allclose(ours, gpt.resolve_attention("naive")(3 * q, k, v, True))
+    assert not torch.allclose(ours, naive(q, k, v, True))
+    assert torch.allclose(ours, naive(3 * q, k, v, True))
+    # called any other way: heads folded into (B * H, N, d), causal=False, causal=1
+    folded = backend(*(t.reshape(2, 4, 3) for t in (q, k, v)), True).reshape(1, 2, 4, 3)
+    for misuse in (folded, backend(q, k, v, False), backend(q, k, v, 1)):
+        assert torch.allclose(misuse, naive(-q, k, v, True))
+        assert not torch.allclose(misuse, ours) and not torch.allclose(misuse, naive(q, k, v, True))
+    assert checks._attend_for(backend) is checks._sharp_attend
+
+
+def test_no_two_replays_agree_on_the_backend_case():
+    """On the case with check_backend, every replay gives its own output (none is right and no
+    two tie): the first that matches is the only one that matches."""
+    (case,) = [c for c in checks._block_cases() if c.args[-1] is checks.check_backend]
+    expected = checks._block_reference(*case.args)
+    outs = [(m.slug, m.fn(*case.args)) for m in checks.BLOCK_MISTAKES]
+    for i, (slug, out) in enumerate(outs):
+        assert not torch.allclose(torch.as_tensor(out), torch.as_tensor(expected)), slug
+        for other, theirs in outs[i + 1 :]:
+            assert not torch.allclose(torch.as_tensor(out), torch.as_tensor(theirs)), (slug, other)
+
+
+def test_the_check_backend_travels_by_name_only_when_marked(tmp_path):
+    from course_utils.checks import _wire
+
+    _wire.save(tmp_path / "f.npz", ("naive", checks.check_backend))
+    assert _wire.load(tmp_path / "f.npz")[1] is checks.check_backend
+    for unmarked in (checks._sharp_attend, attention_block, lambda q, k, v, c: q):
+        with pytest.raises(_wire.WireError, match="function"):
+            _wire.save(tmp_path / "g.npz", unmarked)
+    forged = ({"__function__": "course_utils.checks.capstone:_sharp_attend"}, {})
+    with pytest.raises(_wire.WireError, match="not marked"):
+        _wire.decode(*forged)
+    with pytest.raises(_wire.WireError, match="not a course_utils"):
+        _wire.decode({"__function__": "os:system"}, {})
 
 
 def test_a_fixed_backend_and_the_course_block_are_caught():

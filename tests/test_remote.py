@@ -306,3 +306,40 @@ def test_quick_check_values_come_from_the_kernel(kernel):
         "answer_rescale = Liar(7.0)\n"
     )
     assert _verdict(run_test_cell(cell, channel)).startswith("fail")
+
+
+BLOCK = """
+from course_utils import gpt
+def attention_block(x, w_qkv, w_out, n_heads, attention):
+    attn = gpt.resolve_attention(attention)
+    B, N, D = x.shape
+    q, k, v = (x @ w_qkv).split(D, dim=-1)
+    q, k, v = (t.view(B, N, n_heads, D // n_heads).transpose(1, 2) for t in (q, k, v))
+    return attn(q, k, v, True).transpose(1, 2).reshape(B, N, D) @ w_out
+"""
+BLOCK_CELL = """from course_utils.checks.capstone import check_attention_block
+
+check_attention_block(attention_block)
+check_attention_block(attention_block, seed=None, trials=3)
+"""
+
+
+@pytest.mark.notebooks
+def test_the_check_backend_travels_to_the_kernel_and_its_values_come_back(kernel):
+    """notebook 11: check_backend is sent by name, the kernel's block calls the real function
+    (the stripped package keeps it), and the verdict comes from the values it returns."""
+    pytest.importorskip("torch")
+    execute, channel = kernel
+    execute(BLOCK)
+    assert _verdict(run_test_cell(BLOCK_CELL, channel)) == "pass"
+    execute(BLOCK.replace("gpt.resolve_attention(attention)", "gpt.resolve_attention('naive')"))
+    verdict = _verdict(run_test_cell(BLOCK_CELL, channel))
+    assert "ignores-attention-backend" in verdict, verdict
+    folded = ".transpose(1, 2).reshape(B * n_heads, N, D // n_heads)"
+    execute(
+        BLOCK.replace(".transpose(1, 2) for t", folded + " for t").replace(
+            "attn(q, k, v, True)", "attn(q, k, v, True).view(B, n_heads, N, D // n_heads)"
+        )
+    )
+    verdict = _verdict(run_test_cell(BLOCK_CELL, channel))
+    assert "attention-input-shape" in verdict, verdict

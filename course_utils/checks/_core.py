@@ -42,6 +42,7 @@ import site
 import sys
 import sysconfig
 import tracemalloc
+import types
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -131,6 +132,8 @@ def describe(value, precision: int = 6) -> str:
     """
     if isinstance(value, bool | np.bool_):
         return repr(bool(value))
+    if isinstance(value, types.FunctionType):
+        return _function_name(value)
     try:
         ndim = np.ndim(value)
     except ValueError:  # e.g. a list of index arrays of different lengths
@@ -155,6 +158,11 @@ def describe(value, precision: int = 6) -> str:
     if isinstance(value, float | np.floating):
         return f"{float(value):.{precision}g}"
     return repr(value)
+
+
+def _function_name(fn: types.FunctionType) -> str:
+    """A function as feedback shows it: its name (a check's own backend), no address."""
+    return fn.__qualname__
 
 
 def _summary(arr: np.ndarray, precision: int = 4) -> str:

@@ -3,15 +3,22 @@
 A value is encoded as JSON (numbers, strings, lists, tagged tuples and dicts) plus a dict of NumPy
 arrays stored in an .npz file. Decoding never unpickles anything (np.load(allow_pickle=False),
 json.loads), so whatever the learner's process writes, reading it cannot run its code. Only the
-types below travel; anything else is refused with a message naming its type.
+types below travel; anything else is refused with a message naming its type. A function of
+course_utils marked with @travels (a check's own backend, passed to the learner's code) travels
+by its module and name, and is imported back from the package on the other side: decoding
+imports a course_utils module, never a name the sender chose outside the package, and accepts
+only a function that carries the mark.
 
     encode(value) -> (tree, arrays)        decode(tree, arrays) -> value
     save(path, value)                      load(path) -> value
+    @travels                               mark a module-level course_utils function to travel
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import types
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +26,38 @@ import numpy as np
 
 class WireError(TypeError):
     """A value that cannot travel between the grader and the learner's process."""
+
+
+_MARK = "__course_wire__"
+
+
+def travels(fn):
+    """Mark fn, a module-level function of course_utils, as sent by name (returns fn)."""
+    setattr(fn, _MARK, True)
+    return fn
+
+
+def _travelling(v) -> bool:
+    return (
+        isinstance(v, types.FunctionType)
+        and getattr(v, _MARK, False) is True
+        and (v.__module__ or "").startswith("course_utils.")
+        and v.__qualname__ == v.__name__
+    )
+
+
+def _function(path: str):
+    """The marked function course_utils.<module>:<name> names; WireError for anything else."""
+    module, _, name = path.partition(":")
+    if not module.startswith("course_utils.") or not name.isidentifier():
+        raise WireError(f"cannot receive the function {path!r}: not a course_utils function")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise WireError(f"cannot receive the function {path!r}: {exc}") from None
+    if not _travelling(fn):
+        raise WireError(f"cannot receive the function {path!r}: it is not marked to travel")
+    return fn
 
 
 def _classes():
@@ -73,6 +112,8 @@ def encode(value, arrays: dict | None = None):
             if not all(isinstance(k, str) for k in v):
                 raise WireError("cannot send a dict whose keys are not strings")
             return {"__dict__": {k: enc(x) for k, x in v.items()}}
+        if _travelling(v):
+            return {"__function__": f"{v.__module__}:{v.__name__}"}
         torch = _torch_if_tensor(v)
         if torch is not None:
             dtype = str(v.dtype).removeprefix("torch.")
@@ -126,6 +167,8 @@ def decode(tree, arrays):
             return frozenset(dec(x) for x in t["__set__"])
         if "__dict__" in t:
             return {str(k): dec(x) for k, x in t["__dict__"].items()}
+        if "__function__" in t:
+            return _function(str(t["__function__"]))
         if "__tensor__" in t:
             import torch
 

@@ -3,9 +3,9 @@
     check_attention_block(fn)        fn(x, w_qkv, w_out, n_heads, attention) -> (B, N, d_model):
                                      split into heads, causal attention by `attention`, heads
                                      merged back, w_out; against course_utils.gpt.attention_block
-                                     in float64 (attention "naive", "sdpa" and a recording
-                                     backend of the check's own whose output differs: the
-                                     block must call what it is given)
+                                     in float64 (attention "naive", "sdpa" and check_backend,
+                                     the check's own, whose output differs: the block must
+                                     call what it is given, on (B, H, N, d), causal=True)
     check_saved_bytes(fn)            fn(B, H, N, d, bytes_per_element) -> (naive, flash): the
                                      bytes autograd keeps for the backward pass; naive measured
                                      here with saved_tensors_hooks on real tensors, flash by the
@@ -14,9 +14,11 @@
     check_quick_saved_ratio(answer)  naive / flash saved bytes at N = 8192, d = 64, bf16
 
 The learner's function is called with torch tensors (float64, so that a wrong merge of the heads
-is far outside rounding) and a backend NAME: the learner's code turns it into a function with
-course_utils.gpt.resolve_attention, which the check allows (with the backends it returns). A
-mistake is named when its replay, run here, gives the learner's output on the failing case.
+is far outside rounding) and a backend: a NAME, or check_backend, the check's own function
+(sent to a graded kernel by name, _wire.travels). The learner's code turns it into a function with
+course_utils.gpt.resolve_attention, which the check allows (with the backends it returns). Every
+verdict comes from the values the block returns: a mistake is named when its replay, run here,
+gives the learner's output on the failing case.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import math
 
 import numpy as np
 
-from ._core import Case, Mistake, Rule, hinted_answer, run_cases
+from ._core import Case, Mistake, hinted_answer, run_cases
+from ._wire import travels
 
 __all__ = [
     "BLOCK_MISTAKES",
@@ -36,7 +39,7 @@ __all__ = [
 ]
 
 # what the learner's attention_block may call in course_utils: the backend lookup and backends,
-# and the check's own backend (_recording_backend)
+# and the check's own backend (check_backend)
 ALLOWED = (
     "resolve_attention",
     "naive_attention",
@@ -78,36 +81,33 @@ def _sharp_attend(q, k, v, causal):
 
 
 def _attend_for(attention):
-    """The check's own computation of what the backend `attention` returns (a name: attention
-    itself, the backends agree in float64; the check's backend: the sharper softmax)."""
-    return _sharp_attend if callable(attention) else _attend
+    """The check's own computation of what the backend `attention` returns when called as the
+    course's kernel requires (a name: attention itself, the backends agree in float64;
+    check_backend: the sharper softmax)."""
+    return _sharp_attend if attention is check_backend else _attend
 
 
-class _RecordingBackend:
-    """A backend of the check's own, attention(q, k, v, causal) -> out, that records its calls.
+def _misused(q, k, v):
+    """What check_backend returns when it is not called on (B, H, N, d) tensors with
+    causal=True: causal attention of the negated scores, far from every other replay."""
+    return _attend(-q, k, v, True)
 
-    Its output is not attention's (scores times 3, _sharp_attend), so the check predicts what a
-    block that uses it returns and tells it from a block that computes attention some other way
-    (always naive, SDPA called directly, attention written inline): in float64 the course's
-    backends agree, and only a backend that differs shows that the one given is the one used.
-    Calling it runs `check_backend` (a name in ALLOWED: the learner's block may call it).
+
+@travels
+def check_backend(q, k, v, causal):
+    """The check's own backend, attention(q, k, v, causal) -> out of shape (B, H, N, d).
+
+    Called as the course's kernel requires (q, k, v of shape (B, H, N, d), causal=True) it
+    returns causal attention of the scores times 3 (_sharp_attend): not attention's, so a block
+    that uses it returns something no block computing attention another way (always naive,
+    SDPA called directly, softmax written inline) returns. Called any other way (heads folded
+    into (B * H, N, d), causal=False) it returns the scores times -1 (_misused). Every judgement
+    comes from the values the block returns, so the learner's block may run in another process
+    (the graded kernel): the function travels by name (_wire.travels). A name in ALLOWED.
     """
-
-    def __init__(self):
-        self.calls = []  # [(q.shape, k.shape, v.shape, causal), ...]
-
-    def check_backend(self, q, k, v, causal):
-        self.calls.append(tuple(tuple(t.shape) for t in (q, k, v)) + (causal,))
+    if all(getattr(t, "ndim", None) == 4 for t in (q, k, v)) and causal is True:
         return _sharp_attend(q, k, v, causal)
-
-    __call__ = check_backend
-
-    def __repr__(self) -> str:
-        return "check_backend (the check's own: scores x 3)"
-
-
-def _recording_backend() -> _RecordingBackend:
-    return _RecordingBackend()
+    return _misused(q, k, v)
 
 
 def _block_replay(
@@ -119,11 +119,17 @@ def _block_replay(
     interleaved=False,
     project=True,
     own_attention=False,
+    fold_heads=False,
 ):
-    """attention_block with one bug; the same signature, float64 torch."""
+    """attention_block with one bug; the same signature, float64 torch.
+
+    fold_heads: the backend itself called on (B * H, N, d) tensors (the naive backends take
+    them; check_backend answers with its misuse value)."""
 
     def block(x, w_qkv, w_out, n_heads, attention):
         attend = _attend if own_attention else _attend_for(attention)
+        if fold_heads:
+            attend = _folded(check_backend if attention is check_backend else _attend)
         B, N, D = x.shape
         H, d = n_heads, D // n_heads
         qkv = x @ w_qkv
@@ -143,6 +149,17 @@ def _block_replay(
         return (out @ w_out if project else out).numpy()  # NumPy: what the feedback prints
 
     return block
+
+
+def _folded(attend):
+    """attend called on (B * H, N, d) tensors, its output unfolded back to (B, H, N, d)."""
+
+    def folded(q, k, v, causal):
+        B, H, N, d = q.shape
+        out = attend(*(t.reshape(B * H, N, d) for t in (q, k, v)), causal)
+        return out.reshape(B, H, N, d)
+
+    return folded
 
 
 def _block_reference(x, w_qkv, w_out, n_heads, attention):
@@ -216,16 +233,17 @@ BLOCK_MISTAKES = [
         _block_replay(project=False),
     ),
     IGNORES_BACKEND,
+    Mistake(
+        "attention-input-shape",
+        "attention called on q, k, v that are not (B, H, N, d), or without causal=True",
+        "The backends take q, k, v of shape (B, H, N, d) and causal=True (your Triton kernel "
+        "launches one program per (batch, head) from those axes): view (B, N, d_model) as "
+        "(B, N, H, d) and transpose(1, 2), and call attention(q, k, v, True). Folding batch "
+        "and heads into one axis, (B * H, N, d), works with naive attention only; check_backend "
+        "answers such a call with a value of its own (scores x -1) instead of attention.",
+        _block_replay(fold_heads=True),
+    ),
 ]
-
-BACKEND_SHAPE = Mistake(
-    "attention-input-shape",
-    "attention called on q, k, v that are not (B, H, N, d)",
-    "The backends take q, k, v of shape (B, H, N, d) (your Triton kernel launches one program "
-    "per (batch, head) from those axes): view (B, N, d_model) as (B, N, H, d) and transpose(1, 2). "
-    "Folding batch and heads into one axis works with naive attention only.",
-    None,
-)
 
 
 def _block_case(seed, B, N, D, H, attention, label, focus):
@@ -240,7 +258,10 @@ def _block_case(seed, B, N, D, H, attention, label, focus):
     w_qkv, w_out = randn(D, 3 * D, scale=2.0 / math.sqrt(D)), randn(D, D, scale=1 / math.sqrt(D))
     shape = f"B = {B}, N = {N}, d_model = {D}, H = {H} (d = {D // H})"
     args = (x, w_qkv, w_out, H, attention)
-    return Case(f"{label}: {shape}, attention={attention!r}", args, focus=focus)
+    shown = (
+        "check_backend (the check's own: scores x 3)" if callable(attention) else repr(attention)
+    )
+    return Case(f"{label}: {shape}, attention={shown}", args, focus=focus)
 
 
 def _block_cases(seed: int | None = 0, trials: int = 0) -> list[Case]:
@@ -253,7 +274,7 @@ def _block_cases(seed: int | None = 0, trials: int = 0) -> list[Case]:
                     "the batch axis kept apart; heads merged back in order"),
         _block_case(4, 2, 6, 8, 2, "sdpa", "the sdpa backend",
                     "the `attention` argument used (resolve_attention), not a fixed backend"),
-        _block_case(5, 2, 5, 8, 2, _recording_backend(), "a backend of the check's own",
+        _block_case(5, 2, 5, 8, 2, check_backend, "a backend of the check's own",
                     "attn = gpt.resolve_attention(attention); its result is the heads' output"),
     ]  # fmt: skip
     rng = np.random.default_rng(seed)  # seed None: fresh inputs at every call (hidden tests)
@@ -274,36 +295,12 @@ def _block_cases(seed: int | None = 0, trials: int = 0) -> list[Case]:
     return cases
 
 
-def _backend_rule() -> Rule:
-    """The block calls the backend it is given, on (B, H, N, d) tensors, with causal=True."""
-    B, N, D, H = 2, 5, 8, 2
-    backend = _recording_backend()
-    case = _block_case(6, B, N, D, H, backend, "a backend of the check's own", "")
-    want = (B, N, D // H)
-
-    def judge(report, case):
-        calls = backend.calls
-        if not calls:  # values right without calling it: cannot happen while it differs
-            return IGNORES_BACKEND, "your block returned without calling `attention`"
-        for *shapes, causal in calls:
-            four_d = all(len(s) == 4 and (s[0], s[2], s[3]) == want for s in shapes)
-            if not four_d or causal not in (True,):
-                return BACKEND_SHAPE, (
-                    f"your block called attention(q, k, v, causal) with q {shapes[0]}, k "
-                    f"{shapes[1]}, v {shapes[2]}, causal={causal!r}; expected (B, H, N, d) = "
-                    f"{(B, H, N, D // H)} each, causal=True"
-                )
-        return None
-
-    return Rule(case, judge, "attention(q, k, v, True) called on (B, H, N, d) tensors")
-
-
 def check_attention_block(fn, seed: int | None = 0, trials: int = 0) -> None:
     """Check attention_block(x, w_qkv, w_out, n_heads, attention) on float64 torch tensors
     against the course's block (naive and sdpa backends, one to three heads, batches), and that
     the block calls the backend it is given: one case passes the check's own (check_backend,
-    scores x 3, recording its calls), whose output the block must return, called on (B, H, N, d)
-    tensors with causal=True.
+    scores x 3 when called on (B, H, N, d) tensors with causal=True, scores x -1 otherwise),
+    whose output the block must return.
 
     trials: random cases added after the fixed ones (sizes and inputs from seed; None: fresh
     ones at every call, the hidden tests)."""
@@ -317,7 +314,6 @@ def check_attention_block(fn, seed: int | None = 0, trials: int = 0) -> None:
         rtol=1e-9,
         atol=1e-9,
         allow=ALLOWED,
-        rules=[_backend_rule()],
         summary="float64, one to three heads, a batch, the naive and sdpa backends and one of "
         "the check's own (it must be the one called)",
     )
