@@ -38,3 +38,17 @@ def run_quietly(check, *args, **kwargs) -> str:
 def slug_of(failure: CheckFailure) -> str | None:
     """The misconception a failure message names, or None."""
     return misconception_slug(str(failure))
+
+
+# Debian's Chromium as root on a closed network: without the background-networking flags its
+# connections are refused many at a time (tests/test_browser.py, tests/test_hub.py)
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]

@@ -26,6 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from checkhelp import CHROMIUM_FLAGS
 
 from graders import pipeline
 
@@ -102,16 +103,7 @@ def lab(tmp_path_factory):
 def browser():
     from playwright.sync_api import sync_playwright
 
-    args = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-    ]
+    args = list(CHROMIUM_FLAGS)
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
         yield b

@@ -32,6 +32,7 @@ import sys
 import time
 
 import pytest
+from checkhelp import CHROMIUM_FLAGS
 
 from graders import bank, pipeline
 from hub import launch, rehearsal
@@ -49,16 +50,7 @@ if _why is not None:
         raise RuntimeError(f"the hub tests cannot run on CI: {_why} (see .ci/run)")
     pytest.skip(_why, allow_module_level=True)
 
-LAUNCH = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]  # tests/test_browser.py's
+LAUNCH = CHROMIUM_FLAGS
 
 
 def _total(a: str) -> float:
