@@ -551,13 +551,17 @@ def _root_error(paths) -> Exception | None:
     receive), often in less time than the first rank needs to report. The cause is a failure
     that is not such an echo, and the earliest (each rank stamps the moment its fn raised,
     before its sockets closed); ranks that failed together, as when every rank runs the same
-    broken line, are reported by the lowest rank.
+    broken line, are reported by the lowest rank. A rule the rank guard found broken is never an
+    echo: the lowest rank that broke one is reported.
     """
     found = _errors(paths)
     if not found:
         return None
     verdicts = [e for e in found if e[1][0] in _VERDICTS]  # a broken rule is the cause
-    causes = verdicts or [e for e in found if not _is_echo(e[1][1])] or found
+    if verdicts:  # no echo: the lowest rank's, whichever finished first (the same every run)
+        r, payload = min(verdicts)
+        return _rank_error(r, len(paths), payload)
+    causes = [e for e in found if not _is_echo(e[1][1])] or found
     first = min(e[1][3] for e in causes)
     r, payload = min(e for e in causes if e[1][3] <= first + _TOGETHER_S)
     return _rank_error(r, len(paths), payload)
