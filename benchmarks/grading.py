@@ -9,10 +9,10 @@
     python -m benchmarks.grading --versus-nbgrader 2 --students 4 --notebooks 1,3,5
                           # plain `nbgrader autograde` and `python -m graders grade`, side by side
 
-Builds a synthetic class from the bank of graders/bank.py (each student gets, for every notebook,
-one of: full solution, untouched release, partial answer, or a named mistake, in turn; every file
-written as Jupyter writes it), grades it with `python -m graders grade`, and prints the wall time
-for one student and for the class. --compare K grades one student's notebooks 2K times,
+Builds a synthetic class from the bank of tests/fixtures/bank.py (each student gets, for every
+notebook, one of: full solution, untouched release, partial answer, or a named mistake, in turn;
+every file written as Jupyter writes it), grades it with `python -m graders grade`, and prints the
+wall time for one student and for the class. --compare K grades one student's notebooks 2K times,
 with and without the sandbox in alternating order, so that both see the same machine; it prints
 each time, the medians and the sandbox's cost. Every class run ends with the scaling model
 (model_lines): seconds per notebook in its grading process, how busy the worker slots were, and
@@ -20,6 +20,9 @@ the client's own CPU per notebook. --versus-nbgrader K grades the same class K t
 plain `nbgrader autograde` (a course directory with nbgrader's own config file) and with
 `python -m graders grade` (the sandbox on), alternating, both as programs a caller starts, then
 times the grader's run with nothing new (versus_nbgrader).
+
+The bank is a test fixture: it is imported through benchmarks/_fixtures.py, which puts tests/ at
+the end of sys.path and imports `fixtures.bank` as the tests do (one module, not a copy by path).
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from graders import bank, pipeline
+from benchmarks._fixtures import bank
 from graders.grade import grade
+from graders.run import pipeline
 
 
 def select(spec: str | None) -> list[str]:

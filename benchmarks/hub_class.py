@@ -61,7 +61,8 @@ def _hub_rss_mb(hub) -> tuple[float, float]:
 
 
 def run(n: int, jobs: int) -> dict:
-    from graders import bank, pipeline
+    from benchmarks._fixtures import bank
+    from graders.run import pipeline
     from hub import rehearsal
 
     why = rehearsal.missing()

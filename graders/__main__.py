@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import pipeline
+from .run import pipeline
 
 
 def grade_doc() -> str:
@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "grade":
         from .grade import grade
-        from .gradebook import GradebookError
-        from .sandbox import SandboxUnavailable
+        from .isolation.sandbox import SandboxUnavailable
+        from .outputs.gradebook import GradebookError
 
         try:
             grade(

@@ -11,7 +11,7 @@ assignment's notebook is graded (`<assignment>.ipynb`, or a copy named so); a sc
 beside it is skipped and named, as nbgrader skips it. The release's locked and test cells are
 restored before grading, whatever was done to them (edited, turned into markdown, their metadata
 changed, deleted), and a cell the release does not have scores nothing however many points it
-claims (graders/submissions.py, `prepare`).
+claims (graders/intake/submissions.py, `prepare`).
 
 Writes into DIR (default: PATH/../graded):
     grades.csv            one row per student: the score of each assignment and the total
@@ -20,33 +20,31 @@ Writes into DIR (default: PATH/../graded):
     report.md, report.html, score_distribution.png, exercise_pass_rates.png, misconceptions.png
     results/<student>/<assignment>.json   the raw result; kept between runs (see --regrade)
     autograded/<student>/<assignment>.ipynb   the notebook as nbgrader autograde left it
-    grades_canvas.csv, grades_moodle.csv  with --export canvas,moodle (graders/exports.py)
+    grades_canvas.csv, grades_moodle.csv  with --export canvas,moodle (graders/outputs/exports.py)
 With --course-dir COURSE every verdict also goes into COURSE's nbgrader gradebook, with the
-autograded notebooks where Formgrader and `nbgrader generate_feedback` look (graders/gradebook.py).
-A result is reused when the submitted file is byte for byte the one graded before, so running the
-command again only grades what is new or changed, and nothing already graded is lost: each result
-is written the moment it arrives, so an interrupted run resumes where it stopped.
+autograded notebooks where Formgrader and `nbgrader generate_feedback` look
+(graders/outputs/gradebook.py). A result is reused when the submitted file is byte for byte the
+one graded before, so running the command again only grades what is new or changed, and nothing
+already graded is lost: each result is written the moment it arrives, so an interrupted run
+resumes where it stopped.
 
-The notebooks are graded on dask.distributed (graders/cluster.py): a local cluster of --jobs
+The notebooks are graded on dask.distributed (graders/run/cluster.py): a local cluster of --jobs
 worker processes, or the cluster whose scheduler --scheduler names. Only this process writes DIR.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cluster, pipeline, student_build
-from .submissions import Submission, attach_submission_info, discover
-from .worker import result_path, sha256
+from .intake.submissions import Submission, attach_submission_info, discover
+from .run import cluster, pipeline
+from .run.template import cached_template, release_hash
+from .run.worker import result_path, sha256
 
 DEFAULT_MEMORY_GB = 6.0
 MISSING = "missing"  # the status of a rostered student's assignment with no submission
@@ -65,67 +63,6 @@ class Outcome:
     # local cluster, its worker threads, which wait on each notebook's grading process): the
     # client's own cost; the grading processes' CPU is not in it
     client_cpu: float = 0.0
-
-
-def build_template(
-    work: Path, only: list[str], release: str = ""
-) -> tuple[Path, dict[str, float], dict[str, int]]:
-    """A course directory with the release and a gradebook that knows every assignment; its
-    `.release` file holds the release digest (graders.cluster.release_hash) it was built from."""
-    import nbformat
-
-    template = work / "template"
-    shutil.rmtree(template, ignore_errors=True)
-    shutil.copytree(pipeline.REPO / "solutions", template / "solutions")
-    shutil.copytree(pipeline.REPO / "notebooks", template / "notebooks")
-    for assignment in only:
-        pipeline.generate(template, assignment)
-    code_cells = {
-        a: sum(
-            c.cell_type == "code"
-            for c in nbformat.read(template / "notebooks" / a / f"{a}.ipynb", 4).cells
-        )
-        for a in only
-    }
-    student_build.build_all(template, only)
-    (template / ".release").write_text(release)
-    return template, pipeline.max_scores(template), code_cells
-
-
-def run_worker(job: dict, wall_seconds: float) -> dict:
-    """Grade one notebook in a `python -m graders.worker` subprocess, stopped after
-    `wall_seconds`; its result is read from job["out"]/results. Never raises for a problem of
-    the submission."""
-    cmd = [sys.executable, "-m", "graders.worker", json.dumps(job)]
-    base = {
-        "student": job["student"],
-        "assignment": job["assignment"],
-        "source": job.get("source", job["path"]),
-        "sha256": sha256(job["path"]),
-        "score": 0.0,
-        "max_score": job["max_score"],
-        "cells": {},
-        "seconds": wall_seconds,
-    }
-    try:
-        proc = subprocess.run(
-            cmd,
-            cwd=pipeline.REPO,
-            capture_output=True,
-            text=True,
-            timeout=wall_seconds,
-        )
-    except subprocess.TimeoutExpired:
-        return {
-            **base,
-            "status": "grader-error",
-            "problems": [f"grading took longer than {wall_seconds:.0f} s and was stopped"],
-        }
-    path = result_path(Path(job["out"]), job["student"], job["assignment"])
-    if proc.returncode == 0 and path.exists():
-        return json.loads(path.read_text())
-    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-    return {**base, "status": "grader-error", "problems": [f"the grader itself failed: {tail}"]}
 
 
 def grade(
@@ -147,19 +84,20 @@ def grade(
 ) -> Outcome:
     """Grade every submission under `path`; write grades, feedback and the report into `out`.
 
-    sandbox: run each notebook's kernel in the bubblewrap sandbox (graders.sandbox); raises
-    graders.sandbox.SandboxUnavailable, saying what to install, when none can be made here.
-    sandbox=False runs the students' code as this user (a warning says so).
+    sandbox: run each notebook's kernel in the bubblewrap sandbox (graders.isolation.sandbox);
+    raises graders.isolation.sandbox.SandboxUnavailable, saying what to install, when none can be
+    made here. sandbox=False runs the students' code as this user (a warning says so).
     scheduler: the address of a dask.distributed scheduler to grade on; None starts a local
-    cluster of `jobs` worker processes (graders.cluster).
+    cluster of `jobs` worker processes (graders.run.cluster).
     course_dir, gradebook: write every verdict into this nbgrader course directory and its
-    gradebook (a database URL; default sqlite:///<course_dir>/gradebook.db), see graders.gradebook;
-    a gradebook without a course directory gets <out>/nbgrader as its course directory.
-    exports: LMS files to write too ("canvas", "moodle": graders.exports), with the students'
-    LMS identifiers from the `roster` CSV.
+    gradebook (a database URL; default sqlite:///<course_dir>/gradebook.db), see
+    graders.outputs.gradebook; a gradebook without a course directory gets <out>/nbgrader as its
+    course directory.
+    exports: LMS files to write too ("canvas", "moodle": graders.outputs.exports), with the
+    students' LMS identifiers from the `roster` CSV.
     """
-    from . import exports as _exports
-    from . import sandbox as _sandbox
+    from .isolation import sandbox as _sandbox
+    from .outputs import exports as _exports
 
     kinds = _exports.parse_kinds(exports)
     people = _exports.read_roster(roster) if roster is not None else None
@@ -184,7 +122,7 @@ def grade(
         raise ValueError(f"no submissions found under {path} (see `python -m graders grade -h`)")
     wanted = sorted({s.assignment for s in subs}, key=known.index)
     t0 = time.perf_counter()
-    release = cluster.release_hash()
+    release = release_hash()
     results: list[dict] = []
     todo: list[Submission] = []
     for sub in subs:
@@ -199,7 +137,7 @@ def grade(
     if progress:  # the first line, within a second or two of the command
         print(_summary(subs, todo, workers, scheduler), flush=True)
     template, max_score, code_cells = (  # no template (nor cluster) when nothing is to grade
-        cluster.cached_template(wanted, release, say=print if progress else None)
+        cached_template(wanted, release, say=print if progress else None)
         if todo
         else (None, {r["assignment"]: r["max_score"] for r in results}, {})
     )
@@ -256,13 +194,13 @@ def grade(
     written_from = [results, problems, wanted, max_score, str(course), gradebook]
     digest = _outputs_digest(out, written_from)
     if digest is not None:  # None: the grades and report on disk are these results' already
-        from .report import write_outputs
+        from .outputs.report import write_outputs
 
         write_outputs(results, problems, out, wanted, max_score)
         (out / ".cache" / "outputs.sha256").write_text(digest)
     final = None
     if course is not None:
-        from . import gradebook as _gradebook
+        from .outputs import gradebook as _gradebook
 
         if digest is not None:  # (else these very results are in the gradebook already)
             handed_in = [r for r in results if r["status"] != MISSING]
@@ -353,47 +291,3 @@ def _own_cpu() -> float:
 
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def write_csvs(results: list[dict], out: Path, assignments: list[str]) -> None:
-    """grades.csv (one row per student: id, name as found, scores) and grades_by_cell.csv (one
-    row per graded cell)."""
-    students = sorted({r["student"] for r in results})
-    by_key = {(r["student"], r["assignment"]): r for r in results}
-    with open(out / "grades.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["student", "name", *assignments, "total", "max_total", "status", "problems"])
-        for s in students:
-            rows = [by_key.get((s, a)) for a in assignments]
-            name = next((r["name"] for r in rows if r and r.get("name")), s)
-            scores = [r["score"] if r else "" for r in rows]
-            total = sum(r["score"] for r in rows if r)
-            max_total = sum(r["max_score"] for r in rows if r)
-            status = ";".join(sorted({r["status"] for r in rows if r}))
-            probs = " | ".join(f"{r['assignment']}: {p}" for r in rows if r for p in r["problems"])
-            w.writerow([s, name, *scores, total, max_total, status, probs])
-    with open(out / "grades_by_cell.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(
-            ["student", "assignment", "cell", "score", "max_score", "misconception", "error"]
-        )
-        for r in results:
-            for gid, c in r["cells"].items():
-                w.writerow(
-                    [
-                        r["student"],
-                        r["assignment"],
-                        gid,
-                        c["score"],
-                        c["max_score"],
-                        c.get("misconception") or "",
-                        c.get("error") or "",
-                    ]
-                )
-
-
-def misconception_counts(results: list[dict]) -> Counter:
-    """How many graded cells named each misconception."""
-    return Counter(
-        c["misconception"] for r in results for c in r["cells"].values() if c.get("misconception")
-    )

@@ -75,8 +75,8 @@ class HubError(RuntimeError):
 
 
 def read_students(roster: Path) -> list[str]:
-    """The student ids of a roster CSV (graders.exports.read_roster's format)."""
-    from graders.exports import read_roster
+    """The student ids of a roster CSV (graders.outputs.exports.read_roster's format)."""
+    from graders.outputs.exports import read_roster
 
     return sorted(read_roster(Path(roster)))
 
@@ -157,7 +157,7 @@ def prepare_exchange(exchange: Path, course_id: str, instructor: str) -> Path:
 def prepare_course(course_dir: Path, instructor: str, course_id: str, exchange: Path) -> Path:
     """The instructor's nbgrader course: every solution under source/, nbgrader's layout and
     config (kept when it exists), owned by the instructor."""
-    from graders import pipeline
+    from graders.run import pipeline
 
     pw = pwd.getpwnam(instructor)
     course_dir.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 
-from graders import pipeline
+from graders.run import pipeline
 
 COURSE_ID = "fa-course-test"
 

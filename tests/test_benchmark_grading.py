@@ -3,7 +3,7 @@
 import pytest
 
 from benchmarks import grading
-from graders import pipeline
+from graders.run import pipeline
 
 
 def test_select_ranges_and_lists_by_leading_number():

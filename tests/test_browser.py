@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from checkhelp import CHROMIUM_FLAGS
 
-from graders import pipeline
+from graders.run import pipeline
 
 REPO = pipeline.REPO
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

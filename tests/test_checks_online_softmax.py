@@ -20,7 +20,7 @@ from scipy.special import logsumexp
 import course_utils as cu
 from course_utils.checks import CheckFailure
 from course_utils.checks import online_softmax as chk
-from graders.pipeline import REPO
+from graders.run.pipeline import REPO
 
 pytestmark = pytest.mark.filterwarnings("error")
 

@@ -777,8 +777,8 @@ def test_grading_names_course_calls_and_channels_inside_ranks(tmp_path):
 
     from jupyter_client.manager import start_new_kernel
 
-    from graders import student_build
-    from graders.remote import KernelChannel, run_test_cell
+    from graders.isolation import student_build
+    from graders.isolation.remote import KernelChannel, run_test_cell
 
     stripped = tmp_path / "build"
     stripped.mkdir()

@@ -986,7 +986,7 @@ def test_quick_check_integer_answer_prints_as_an_integer():
 def _solution_cells():
     import nbformat
 
-    from graders.pipeline import REPO
+    from graders.run.pipeline import REPO
 
     nb = nbformat.read(REPO / "solutions/03_tiled_forward/03_tiled_forward.ipynb", 4)
     return [c.source for c in nb.cells]

@@ -13,7 +13,7 @@ from course_utils.checks import CheckFailure, _core
 from course_utils.checks._core import Option, Question, check_choice
 from course_utils.checks._wire import decode, encode
 from course_utils.checks.concepts import NOTEBOOK, QUESTIONS, check_concept
-from graders import pipeline
+from graders.run import pipeline
 from tests.checkhelp import run_quietly, slug_of
 
 NAMES = sorted(QUESTIONS)

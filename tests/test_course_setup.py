@@ -21,7 +21,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from graders import authoring, pipeline
+from graders.authoring import authoring
+from graders.run import pipeline
 
 try:
     import tomllib
@@ -271,7 +272,7 @@ def _top_level_imports(assignment: str) -> set[str]:
 
 def test_the_triton_notebooks_are_the_ones_whose_setup_cell_checks_torch():
     gpu = {a for a in pipeline.assignments() if _top_level_imports(a)}
-    assert gpu == set(authoring.GPU_NEEDS), "graders/authoring.py GPU_NEEDS"
+    assert gpu == set(authoring.GPU_NEEDS), "graders/authoring/authoring.py GPU_NEEDS"
     for assignment in pipeline.assignments():
         source = authoring.setup_source(assignment)
         assert source.startswith(authoring.SETUP_SOURCE)

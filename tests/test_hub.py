@@ -13,7 +13,7 @@ instructor and three students made for the run (hub/rehearsal.py):
     right, partly  fetch feedback in the Assignments tab and see their scores and the checks'
                    messages in it
 
-Every score is asserted against the course's own points (graders.bank). The privacy check is run
+Every score is asserted against the course's own points (fixtures.bank). The privacy check is run
 again with the exchange loosened (inbound listable, root not sticky, a home 755) and must then
 find each leak. About 3 minutes on 2 cores.
 
@@ -33,8 +33,9 @@ import time
 
 import pytest
 from checkhelp import CHROMIUM_FLAGS
+from fixtures import bank
 
-from graders import bank, pipeline
+from graders.run import pipeline
 from hub import launch, rehearsal
 
 A1, A5 = "01_online_softmax", "05_split_kv"

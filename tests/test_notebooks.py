@@ -11,7 +11,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from graders import authoring, pipeline
+from graders.authoring import authoring
+from graders.run import pipeline
 
 REPO = pipeline.REPO
 ASSIGNMENTS = pipeline.assignments()
@@ -79,7 +80,7 @@ def test_committed_without_outputs_and_with_setup_cell(folder, assignment):
         if cell.cell_type == "code":
             assert not cell.outputs and cell.execution_count is None, f"outputs in {cell.id}"
     assert nb.cells[0].source == authoring.setup_source(assignment), (
-        "the first cell must be the Colab setup cell from graders/authoring.py "
+        "the first cell must be the Colab setup cell from graders/authoring/authoring.py "
         "(run `python -m graders sync-setup`)"
     )
 

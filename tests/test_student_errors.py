@@ -6,7 +6,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from graders import pipeline
+from graders.run import pipeline
 
 pytestmark = pytest.mark.notebooks
 

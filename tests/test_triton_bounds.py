@@ -20,7 +20,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from graders import pipeline
+from graders.run import pipeline
 
 pytestmark = pytest.mark.notebooks
 

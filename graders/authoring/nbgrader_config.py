@@ -1,5 +1,6 @@
 # nbgrader configuration of the course. `python -m graders ...` loads this file; an instructor who
-# runs nbgrader by hand can pass it with `--config graders/nbgrader_config.py` from the repo root.
+# runs nbgrader by hand can pass it with `--config graders/authoring/nbgrader_config.py` from the
+# repo root.
 c = get_config()  # noqa: F821 (provided by traitlets when the file is loaded)
 
 c.CourseDirectory.course_id = "flash-attention"

@@ -35,11 +35,11 @@ text (`onlinetext.html`). Full names therefore carry no `_`, and clean_filename 
 lib/moodlelib.php) removes `& < > " ` | ' : \\ /`: `Seán O'Brien-Smith` is written
 `Seán OBrien-Smith`. The participant id is `get_uniqueid_for_user` (the assign_user_mapping
 table), not the user id: it identifies the student in this assignment only, and is what the
-assignment's offline grading worksheet calls `Participant <id>` (graders/exports.py). With
+assignment's offline grading worksheet calls `Participant <id>` (graders/outputs/exports.py). With
 blind marking the name is `Participant`. A file uploaded twice under one name is renamed by
 Moodle's file manager to `<stem> (1)<ext>`; of several files the newest (zip time) is graded.
 
-Mapping to one student id, through the roster (graders/exports.py `read_roster`):
+Mapping to one student id, through the roster (graders/outputs/exports.py `read_roster`):
     Canvas: the user id is the roster's `lms_id`; else the squashed sortable name matches the
             roster's name squashed the same way. Without a roster the id is
             student_id("<sortable name>_<user id>"), the same for late and resubmitted files.
@@ -67,7 +67,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .submissions import Submission, student_id
+from .students import Submission, student_id
 
 MAX_UNCOMPRESSED = 2 * 2**30  # bytes of notebooks one run may extract from zips
 LATE_NOTE = "submitted late (Canvas LATE marker)"
@@ -338,7 +338,8 @@ def canvas_key(name: str) -> str:
 
 
 class Roster:
-    """Finds a roster student (graders.exports.Person) for a Canvas user or a Moodle name."""
+    """Finds a roster student (graders.outputs.exports.Person) for a Canvas user or a Moodle
+    name."""
 
     def __init__(self, people: dict | None):
         self.people = people or {}
@@ -446,7 +447,8 @@ def discover(
     max_bytes: int = MAX_UNCOMPRESSED,
 ) -> tuple[list[Submission], list[str]] | None:
     """The submissions of an LMS download at `path` and the problems found; None when `path`
-    is not an LMS download (then graders.submissions.discover reads it as its own layouts)."""
+    is not an LMS download (then graders.intake.submissions.discover reads it as its own
+    layouts)."""
     path = Path(path)
     zips, own = _sources(path)
     problems: list[str] = []
@@ -472,7 +474,7 @@ def discover(
                     f"{path}: found {len(zips)} zip(s) but none is a Canvas or Moodle download "
                     f"({'; '.join(seen)}); {UNDERSTOOD}"
                 )
-            return None  # not an LMS download: graders.submissions reads it
+            return None  # not an LMS download: graders.intake.submissions reads it
     if not groups:
         raise ValueError(
             f"{path}: not a Canvas or Moodle download ({'; '.join(seen)}); {UNDERSTOOD}"
@@ -534,7 +536,7 @@ def _submissions(path, groups, known, assignment, roster, problems, max_bytes):
     if total > max_bytes:
         raise ValueError(
             f"{path}: the notebooks of this download unpack to {_size(total)}, more than the "
-            f"{_size(max_bytes)} limit (a zip bomb?); graders.lms.MAX_UNCOMPRESSED sets it"
+            f"{_size(max_bytes)} limit (a zip bomb?); graders.intake.lms.MAX_UNCOMPRESSED sets it"
         )
     extract = _Extractor(max_bytes)
     subs = []

@@ -20,56 +20,19 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import json
 import re
-import unicodedata
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from .tampering import find_tampering as find_tampering  # moved; importable here too
+from ..isolation.tampering import find_tampering as find_tampering  # moved; importable here too
+from .students import Submission as Submission
+from .students import student_id as student_id
 
 OLDER_UPLOAD = "older upload, not graded:"  # the start of the note naming an upload left out
 IGNORED_FILE = "skipped, not the assignment's notebook:"  # the note naming a scratch notebook
-
-
-@dataclass(frozen=True)
-class Submission:
-    student: str  # the id: folder and gradebook name (see student_id)
-    assignment: str
-    path: Path  # the upload that is graded: the newest
-    others: tuple[Path, ...] = ()  # the other uploads of this student for this assignment
-    name: str = ""  # the student's name as the folder or file name gave it
-    ignored: tuple[Path, ...] = ()  # other notebooks in the folder: not this assignment's (scratch)
-    notes: tuple[str, ...] = ()  # lines for this student's problems (an LMS's: late, not rostered)
-
-
-# ---------------------------------------------------------------------------------------------
-# Student ids
-# ---------------------------------------------------------------------------------------------
-
-_NOT_ID = re.compile(r"[^\w.-]+")  # \w: Unicode letters and digits, and _
-
-
-def student_id(raw: str) -> str:
-    """A folder name and nbgrader student id for the name `raw`, never the same for two names.
-
-    A name of letters and digits of any script (and `_ . -`) is its own id: `José`, `张伟`. Any
-    other name (spaces, `+`, `/`, glob characters, a leading dot) is cleaned and gets a short
-    hash of the name: `Ana María` -> `Ana_María-1f0c2d3e`, so `Ana María` and `Ana_María` stay
-    two students. Names are compared in Unicode NFC: a name spelled decomposed (as macOS writes
-    file names) is the same name as its composed spelling.
-    """
-    name = unicodedata.normalize("NFC", raw)
-    cleaned = _NOT_ID.sub("_", name).strip("_.-")[:80]
-    if cleaned and cleaned == name:
-        return name
-    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    return f"{cleaned or 'student'}-{digest}"
-
 
 _student_id = student_id  # the old name
 
@@ -90,8 +53,9 @@ def discover(
 ) -> tuple[list[Submission], list[str]]:
     """All submissions under `path` and a list of problems (files that could not be placed).
 
-    A Canvas or Moodle download (a .zip, a folder of them, or unzipped) is read by graders.lms,
-    which maps each file to one student through `roster` ({student: exports.Person}).
+    A Canvas or Moodle download (a .zip, a folder of them, or unzipped) is read by
+    graders.intake.lms, which maps each file to one student through `roster` ({student:
+    exports.Person}).
     """
     from . import lms
 
@@ -163,7 +127,7 @@ def _upload_order(path: Path, assignment: str) -> tuple:
 @functools.cache
 def release_grade_ids(assignment: str) -> frozenset[str]:
     """The nbgrader grade ids of the released notebook of `assignment` (empty when none)."""
-    from .pipeline import REPO
+    from ..authoring.course import REPO
 
     path = REPO / "notebooks" / assignment / f"{assignment}.ipynb"
     return _grade_ids(path) if path.is_file() else frozenset()
@@ -203,7 +167,8 @@ def assignment_notebooks(assignment: str, notebooks: list[Path]) -> tuple[list[P
 
 def upload_notes(sub: Submission) -> list[str]:
     """One line per notebook of `sub` that is not graded, after the notes of an LMS download
-    (graders.lms: submitted late, not in the roster): older uploads, then scratch notebooks."""
+    (graders.intake.lms: submitted late, not in the roster): older uploads, then scratch
+    notebooks."""
     return (
         [*sub.notes]
         + [
@@ -573,7 +538,7 @@ def is_untouched(nb, release) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# Long outputs, one-line causes (tampering: graders/tampering.py)
+# Long outputs, one-line causes (tampering: graders/isolation/tampering.py)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -582,7 +547,7 @@ def truncate_outputs(nb, limit: int = 64_000) -> list[str]:
     output was longer, each named as the feedback page names it: a graded cell by its grade_id
     ("Grade cell: <id>"), any other by its prompt ("In [22]", the cell's execution count).
 
-    A graded test cell's output was already cut by the grader (graders/remote.py keeps the
+    A graded test cell's output was already cut by the grader (graders/isolation/remote.py keeps the
     first part and notes "[N characters printed in all]"): it counts by what was printed, so a
     long output is reported the same way in every cell."""
     printed_in_all = re.compile(r"\[([\d,]+) characters printed in all\]")

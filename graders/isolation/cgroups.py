@@ -1,9 +1,9 @@
 """A control group per sandboxed kernel: a cap on its processes and on its memory, tmpfs included.
 
-The sandbox (graders/sandbox.py) already puts each kernel in its own PID namespace, so nothing it
-starts outlives it, and caps each process's address space (RLIMIT_AS). Two things those cannot
-bound: how many processes the kernel starts (a fork bomb would fill the machine's PID table until
-the notebook's clock runs out), and the memory its tmpfs folders hold (files in /tmp are page
+The sandbox (graders/isolation/sandbox.py) already puts each kernel in its own PID namespace, so
+nothing it starts outlives it, and caps each process's address space (RLIMIT_AS). Two things those
+cannot bound: how many processes the kernel starts (a fork bomb would fill the machine's PID table
+until the notebook's clock runs out), and the memory its tmpfs folders hold (files in /tmp are page
 cache, outside any address space). A control group bounds both, for the whole group at once:
 
     group = KernelGroup.create(pids_max=1024, memory_bytes=6 << 30)   # None if none can be made
@@ -17,7 +17,7 @@ is made). A group is made under this process's own group, so a grader started in
 or a systemd scope stays within the limits it was given. Making one needs write access there:
 root, or a delegated subtree. `probe()` says whether that works here; where it does not, the
 sandbox still caps processes with RLIMIT_NPROC, which the kernel enforces per user namespace for
-every user but root (graders/sandbox.py LAUNCHER).
+every user but root (graders/isolation/sandbox.py LAUNCHER).
 
 A kernel never sees its group: the sandbox has no /sys and its own cgroup namespace, so it cannot
 move itself out or raise a limit.

@@ -28,8 +28,8 @@ grader that started it dies (--die-with-parent), the host's kernel kills them al
 best-effort kill. The launcher caps the address space (RLIMIT_AS) and the number of processes
 (RLIMIT_NPROC: every user but root is held to it), copies the notebook's own folder into the
 home, and execs the kernel. Where control groups can be made (root, or a delegated subtree), the
-whole sandbox also runs in a group of its own (graders/cgroups.py) that caps its processes all
-together, root's included, and its memory with its tmpfs files; the group is removed with the
+whole sandbox also runs in a group of its own (graders/isolation/cgroups.py) that caps its processes
+all together, root's included, and its memory with its tmpfs files; the group is removed with the
 kernel.
 
 `probe()` runs a trivial sandbox once to find out whether one can be made here; `require()`
@@ -53,9 +53,9 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Float, Integer, List, Unicode
 
+from ..authoring.course import REPO
 from . import cgroups
 
-REPO = Path(__file__).resolve().parent.parent
 HOME = "/home/student"
 SEED = "/run/seed"  # the copy of the notebook's folder, read-only; copied into HOME at start
 
@@ -126,7 +126,7 @@ ENV_PASSED = [
 
 # Runs first inside the sandbox (python -I -S: stdlib only, fast): memory cap, home, exec.
 # RLIMIT_NPROC counts the tasks of one user in this user namespace: every user but root is held
-# to it (root is exempt; graders.cgroups caps root's sandboxes instead).
+# to it (root is exempt; graders.isolation.cgroups caps root's sandboxes instead).
 LAUNCHER = """\
 import os, resource, shutil, sys
 cap, nproc, src, dst = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -307,8 +307,8 @@ def bwrap_argv(
 ) -> list[str]:
     """The full command line: bwrap, its mounts and environment, the launcher, the kernel.
 
-    package: a course_utils folder (graders.student_build: every answer a stub) bound where the
-    real one is, so the kernel imports it in its place.
+    package: a course_utils folder (graders.isolation.student_build: every answer a stub) bound
+    where the real one is, so the kernel imports it in its place.
     """
     bwrap = bwrap_path()
     if bwrap is None:
@@ -446,7 +446,9 @@ class SandboxKernelManager(AsyncKernelManager):
         config=True
     )
     package_dir = Unicode(
-        "", help="a stripped course_utils (graders.student_build) to bind in the real one's place"
+        "",
+        help="a stripped course_utils (graders.isolation.student_build) to bind in the real "
+        "one's place",
     ).tag(config=True)
 
     _scratch: Path | None = None
@@ -522,7 +524,8 @@ class SandboxKernelManager(AsyncKernelManager):
 
     @property
     def group(self) -> cgroups.KernelGroup | None:
-        """The kernel's control group (graders.cgroups), or None where none can be made."""
+        """The kernel's control group (graders.isolation.cgroups), or None where none can be
+        made."""
         return self._group
 
     def _remove_group(self) -> None:

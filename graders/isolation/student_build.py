@@ -21,7 +21,9 @@ import ast
 import shutil
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "course_utils"
+from ..authoring.course import REPO
+
+PACKAGE = REPO / "course_utils"
 
 # Modules copied whole: no answer in them.
 WHOLE = {

@@ -1,9 +1,9 @@
 """Finding code in a submission that patches shared objects: course, numpy, builtins, IPython.
 
 A patch cannot change a score (the graded test cells run in the grader's own process, see
-graders/remote.py), but the instructor is promised a `needs-review` flag for any submission whose
-code patches such an object, however the object was reached. So the flag follows what the code
-does, not how the import is spelled:
+graders/isolation/remote.py), but the instructor is promised a `needs-review` flag for any
+submission whose code patches such an object, however the object was reached. So the flag follows
+what the code does, not how the import is spelled:
 
   - every code cell is turned into Python by IPython's own TransformerManager, so `!ls`,
     `x = !ls`, `%magic`, `%%cell magic` and `obj?` become the `get_ipython()` calls the kernel

@@ -28,8 +28,8 @@ grade column (`<assignment>` and `<assignment> (feedback)`).
 Moodle, one assignment (Assignment > View all submissions > Grading action "Upload grading
 worksheet", the assignfeedback_offline plugin), written by --export moodle beside the gradebook
 CSV: when PATH was Moodle's "Download all submissions", each file name holds the student's
-participant id (graders/lms.py), and the assignment's own offline grading worksheet keyed by it
-is the most faithful import: no user field to map, no name to match.
+participant id (graders/intake/lms.py), and the assignment's own offline grading worksheet keyed by
+it is the most faithful import: no user field to map, no name to match.
 grades_moodle-worksheet_<assignment>.csv has the worksheet's columns (Moodle's "Download grading
 worksheet": `Identifier, Full name, Email address, Status, Grade, Maximum Grade, Grade can be
 changed, Last modified (submission), Last modified (grade), Feedback comments`), one row per
@@ -160,7 +160,7 @@ class Table:
     max_score: dict[str, float]
     scores: dict[tuple[str, str], float]
     notes: dict[tuple[str, str], str]
-    # the student's key in the LMS the graded file came from (graders.lms.identify):
+    # the student's key in the LMS the graded file came from (graders.intake.lms.identify):
     canvas_ids: dict[str, str] = field(default_factory=dict)  # student -> Canvas user id
     participants: dict[tuple[str, str], str] = field(default_factory=dict)  # -> Moodle participant
 
@@ -173,7 +173,7 @@ def table(
 ) -> Table:
     """The export's content from the grader's results; `final` (gradebook.final_scores) replaces
     the grader's score of each submission it holds."""
-    from .lms import identify
+    from ..intake.lms import identify
 
     students = sorted({r["student"] for r in results})
     names, scores, notes, canvas_ids, participants = {}, {}, {}, {}, {}
@@ -212,7 +212,7 @@ def assignment_title(assignment: str) -> str:
     """The assignment's title: the first Markdown heading of its release, else its id."""
     import nbformat
 
-    from . import pipeline
+    from ..run import pipeline
 
     path = pipeline.REPO / "notebooks" / assignment / f"{assignment}.ipynb"
     try:

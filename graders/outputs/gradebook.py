@@ -43,14 +43,15 @@ from pathlib import Path
 
 import nbformat
 
-from . import pipeline
+from ..run import pipeline
 
 # written into a course directory that has no nbgrader_config.py of its own, so that nbgrader's
 # own commands run there (`nbgrader export`, `generate_feedback`, `release_feedback`, formgrader)
 # see the layout and gradebook this module filled
 CONFIG_TEMPLATE = """\
 # nbgrader configuration of this course directory, written by `python -m graders grade
-# --course-dir` (graders/gradebook.py). Edit freely: the grader reads this file and keeps it.
+# --course-dir` (graders/outputs/gradebook.py). Edit freely: the grader reads this file and
+# keeps it.
 c = get_config()  # noqa: F821 (provided by traitlets when the file is loaded)
 
 c.CourseDirectory.course_id = {course_id!r}
@@ -113,7 +114,7 @@ def ensure_config(course_dir: Path, db_url: str | None = None) -> Path | None:
 
 
 def course_config(course_dir: Path, db_url: str | None = None):
-    """The nbgrader config for COURSE: the course's own (graders/nbgrader_config.py), then
+    """The nbgrader config for COURSE: the course's own (graders/authoring/nbgrader_config.py), then
     COURSE/nbgrader_config.py on top; `db_url` (else the file's, else COURSE/gradebook.db)."""
     from traitlets.config.loader import PyFileConfigLoader
 
@@ -344,9 +345,9 @@ def record(
 
     results: the grader's results (graders/grade.py), whatever their status; out: the grading
     output folder (the autograded notebooks are under out/autograded/); roster: {student id:
-    graders.exports.Person}, whose name, email and LMS id the gradebook's students get. Returns
-    notes for the
-    summary; raises GradebookError when the course directory or the gradebook cannot be used.
+    graders.outputs.exports.Person}, whose name, email and LMS id the gradebook's students get.
+    Returns notes for the summary; raises GradebookError when the course directory or the
+    gradebook cannot be used.
     """
     from nbgrader.api import Gradebook, InvalidEntry
 

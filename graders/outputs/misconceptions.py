@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from . import pipeline
+from ..run import pipeline
 
 CHECKS = "course_utils.checks"
 _TAG = re.compile(r"\[misconception: ([A-Za-z0-9_-]+)\]")

@@ -3,8 +3,8 @@ and the answers similar enough to review; and, for every submission whatever bec
 feedback page and a results file.
 
 report.md is the plain-text summary (what the command prints) with the PNG figures;
-report.html is the instructor's page, self-contained (graders/report_html.py), with the checks'
-words for each misconception (graders/misconceptions.py).
+report.html is the instructor's page, self-contained (graders/outputs/report_html.py), with the
+checks' words for each misconception (graders/outputs/misconceptions.py).
 """
 
 from __future__ import annotations
@@ -16,14 +16,16 @@ import json
 import re
 import statistics
 import subprocess
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
-from . import pipeline, report_html, similarity
-from .submissions import one_line
+from ..intake.submissions import one_line
+from ..run import pipeline
+from . import report_html, similarity
+from .exercises import Exercise, cell_order, exercise_outline
+from .grades_csv import write_csvs
 
 if TYPE_CHECKING:  # matplotlib is imported when the figures are made (it is most of the cost)
     from matplotlib.figure import Figure
@@ -49,93 +51,6 @@ _WHAT_HAPPENED = {
         "instructor sees the same message."
     ),
 }
-
-
-# ---- the exercises of each assignment, in the notebook's order ------------------------------
-
-
-class Exercise(NamedTuple):
-    grade_id: str  # the graded test cell's id: the feedback page's "Grade cell: <id>"
-    title: str
-    points: float
-
-
-# A markdown heading ("### Exercise 1: the running max (4 points)") or a paragraph's bold lead
-# ("**Quick check 2.** The running state ..."): what names the graded cell that follows
-_HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.+?)[\s#]*$")
-_BOLD_LEAD = re.compile(r"^\s*\*\*(.+?)\*\*")
-_POINTS = re.compile(r"\s*\(\s*\d+(?:\.\d+)?\s+points?\s*\)\s*$", re.IGNORECASE)
-
-
-def _headings(markdown: str) -> list[str]:
-    found = []
-    for line in markdown.splitlines():
-        m = _HEADING.match(line) or _BOLD_LEAD.match(line)
-        if m:
-            title = _POINTS.sub("", m.group(1).replace("`", "")).strip().rstrip(".:").strip()
-            if title:
-                found.append(title)
-    return found
-
-
-def _name_of(grade_id: str) -> str:
-    """An exercise's name from its test cell's id: "merge_partials_tests" -> "merge partials"."""
-    return re.sub(r"_tests?$", "", grade_id).replace("_", " ").strip() or grade_id
-
-
-@cache
-def exercise_outline(assignment: str, root: Path = pipeline.REPO) -> tuple[Exercise, ...]:
-    """The graded test cells of the release notebook notebooks/<a>/<a>.ipynb in its order: id,
-    title and points (nbgrader's metadata). The title is the last heading (or bold lead) in the
-    markdown since the graded cell before; with none, the heading before that with the
-    exercise's name ("Quick check 2 (quick merged lse)"), else the name alone. () when there is no
-    release notebook (the report then lists the cells it finds in the results)."""
-    path = Path(root) / "notebooks" / assignment / f"{assignment}.ipynb"
-    try:
-        nb = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ()
-    outline, since, last = [], [], ""
-    for cell in nb.get("cells", []):
-        source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else str(source)
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.get("cell_type") == "markdown":
-            since += _headings(source)
-        elif meta.get("grade") and not meta.get("solution") and meta.get("grade_id"):
-            gid = meta["grade_id"]
-            if since:
-                title = last = since[-1]
-            else:  # a second graded cell under one heading: the heading and the cell's name
-                title = f"{last} ({_name_of(gid)})" if last else _name_of(gid)
-            outline.append(Exercise(gid, title, _points(meta)))
-            since = []
-    return tuple(outline)
-
-
-def _points(meta: dict) -> float:
-    try:
-        return float(meta.get("points") or 0)
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def cell_order(results: list[dict], assignments: list[str]) -> list[tuple[str, Exercise]]:
-    """(assignment, exercise) for every graded cell: the release's order and words, then any
-    cell the results have that the release does not (its id as title, its points as graded)."""
-    order = []
-    for a in assignments:
-        known = exercise_outline(a)
-        order += [(a, ex) for ex in known]
-        ids = {ex.grade_id for ex in known}
-        extra: dict[str, float] = {}
-        for r in results:
-            if r["assignment"] == a:
-                for gid, c in r.get("cells", {}).items():
-                    if gid not in ids:
-                        extra[gid] = max(extra.get(gid, 0.0), float(c.get("max_score") or 0))
-        order += [(a, Exercise(gid, gid, pts)) for gid, pts in sorted(extra.items())]
-    return order
 
 
 def course_commit(root: Path = pipeline.REPO) -> str:
@@ -467,7 +382,7 @@ def fallback_feedback(result: dict) -> str:
 
 
 def _catalogue(per_exercise: dict):
-    """What the checks say about each misconception slug seen (graders.misconceptions): read
+    """What the checks say about each misconception slug seen (graders.outputs.misconceptions): read
     from the assignments' own check modules when they explain every slug seen, else from all.
     None when the check modules cannot be read here: the report then shows the slugs alone."""
     from . import misconceptions
@@ -486,7 +401,7 @@ def finalize(results: list[dict], out: Path) -> None:
     """Every submission, whatever its status, ends with one-line problems, a feedback page and a
     results file (results/<student>/<assignment>.json, rewritten with what was added here); a
     `missing` row (nothing handed in) gets neither."""
-    from .worker import result_path
+    from ..run.worker import result_path
 
     for res in results:
         if res["status"] == "missing":  # nothing handed in: no page, no result to reuse
@@ -536,6 +451,13 @@ def write_similarity_csv(pairs: list[similarity.Pair], out: Path) -> None:
             w.writerow([p.assignment, p.student, p.other, f"{p.share:.3f}", other])
 
 
+def misconception_counts(results: list[dict]) -> Counter:
+    """How many graded cells named each misconception."""
+    return Counter(
+        c["misconception"] for r in results for c in r["cells"].values() if c.get("misconception")
+    )
+
+
 def write_outputs(
     results,
     problems,
@@ -546,8 +468,6 @@ def write_outputs(
 ) -> list[str]:
     """Write the feedback and results of every submission, the CSVs, plots and report files;
     print and return the summary."""
-    from .grade import misconception_counts, write_csvs
-
     finalize(results, out)
     write_csvs(results, out, assignments)
     pass_rates = _pass_rates(results, assignments)

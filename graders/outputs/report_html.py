@@ -164,7 +164,7 @@ def _trailing_parenthesis(text: str) -> int | None:
 def cause_of(problem: str) -> tuple[str, str]:
     """(cause, detail) of a one-line problem: what several students can share, and what is
     theirs alone (the cell, a file name, the line flagged)."""
-    from .submissions import OLDER_UPLOAD
+    from ..intake.submissions import OLDER_UPLOAD
 
     if problem.startswith(OLDER_UPLOAD):
         return OLDER_UPLOAD.rstrip(":"), problem[len(OLDER_UPLOAD) :].strip()
@@ -553,14 +553,15 @@ def render(
     written: str = "",
     commit: str = "unknown",
 ) -> str:
-    """The report page. results: the finalized results (graders.report.finalize); pass_rates:
-    {(assignment, cell): (full marks, graded)}; pairs: graders.similarity.Pair list; catalogue:
-    graders.misconceptions.Catalogue (None: slugs only); figures: PNG bytes by name ("scores",
-    "pass", "miscs"); outline: [(assignment, graders.report.Exercise)] in the notebooks' order
-    (default: the cells of pass_rates); items: graders.report.item_analysis; points: each
-    assignment's points (default: the most any result was graded out of); written, commit: the
-    date and the course's commit, shown under the title."""
-    from .report import Exercise
+    """The report page. results: the finalized results (graders.outputs.report.finalize);
+    pass_rates: {(assignment, cell): (full marks, graded)}; pairs: graders.outputs.similarity.Pair
+    list; catalogue: graders.outputs.misconceptions.Catalogue (None: slugs only); figures: PNG bytes
+    by name ("scores", "pass", "miscs"); outline: [(assignment, graders.outputs.report.Exercise)] in
+    the notebooks' order (default: the cells of pass_rates); items:
+    graders.outputs.report.item_analysis; points: each assignment's points (default: the most any
+    result was graded out of); written, commit: the date and the course's commit, shown under the
+    title."""
+    from .exercises import Exercise
 
     figures = figures or {}
     names: dict[str, str] = {}

@@ -3,10 +3,10 @@
     for result, feedback_html in run(tasks, scheduler=None, workers=2, progress=True): ...
 
 Each task is `grade_task(job)`: it runs on a dask worker, grades one notebook there with
-`python -m graders.worker` in a subprocess of its own (nbgrader, the sandboxed kernel; see
-graders/worker.py) inside a scratch folder local to the worker, and returns the result, the
+`python -m graders.run.worker` in a subprocess of its own (nbgrader, the sandboxed kernel; see
+graders/run/worker.py) inside a scratch folder local to the worker, and returns the result, the
 feedback page and the autograded notebook (result["autograded_notebook"], for the instructor's
-gradebook: graders/gradebook.py) to the client. Nothing a worker does writes into the output
+gradebook: graders/outputs/gradebook.py) to the client. Nothing a worker does writes into the output
 folder: the client alone writes grades, feedback, the report, the gradebook and the cache
 (graders/grade.py), so a worker needs no view of it, and a student's code, run on the worker
 inside the sandbox, cannot reach it either.
@@ -31,10 +31,7 @@ caller as they finish, so an interrupted run keeps what was graded (the cache in
 from __future__ import annotations
 
 import base64
-import hashlib
-import json
 import logging
-import os
 import shutil
 import tempfile
 import threading
@@ -42,101 +39,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from . import pipeline
+from .template import cached_template, release_hash
 
 ALLOWED_FAILURES = 1  # a task may lose its worker once; the second loss is reported
-
-
-def release_hash(root: Path = pipeline.REPO) -> str:
-    """A digest of the release (solutions/ and notebooks/): client and workers must agree."""
-    h = hashlib.sha256()
-    for folder in ("solutions", "notebooks"):
-        for path in sorted((Path(root) / folder).rglob("*.ipynb")):
-            if ".ipynb_checkpoints" in path.parts:
-                continue
-            h.update(str(path.relative_to(root)).encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()
-
-
-# ---------------------------------------------------------------- the release template, cached
-
-TEMPLATE_CACHE_KEEP = 4  # templates kept in the cache: the newest used, the others removed
-_META = ".meta.json"  # max scores and code cells; written last, so its presence marks a whole one
-
-
-def template_cache() -> Path:
-    """Where grading templates are kept between runs: $XDG_CACHE_HOME/fa-course-grader
-    (default ~/.cache/fa-course-grader)."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "fa-course-grader"
-
-
-def template_key(release: str, assignments: list[str]) -> str:
-    """What a grading template is made from: the release (release_hash), the assignments it
-    holds, and what turns them into a template: nbgrader's version, the course's nbgrader config,
-    and the course package with the code that strips it (graders/student_build.py)."""
-    from importlib.metadata import version
-
-    from . import student_build
-
-    h = hashlib.sha256(f"{release}\n{','.join(assignments)}\n{version('nbgrader')}\n".encode())
-    stripped = sorted(student_build.PACKAGE.rglob("*.py"))
-    for path in (pipeline.CONFIG_FILE, Path(student_build.__file__), *stripped):
-        h.update(str(path.relative_to(pipeline.REPO)).encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:32]
-
-
-def cached_template(
-    assignments: list[str], release: str, say=None
-) -> tuple[Path, dict[str, float], dict[str, int]]:
-    """The grading template of graders.grade.build_template for these assignments, built once
-    per template_key into template_cache() and reused by every later run (the release generated
-    with nbgrader and the students' packages stripped: seconds a run). A changed release, course
-    package or nbgrader gives another key, so a new template; the newest few are kept. Built in a
-    temporary folder beside it and renamed into place whole, so a run that is stopped, or two
-    that build at once, never leave or use a half-built one. It holds the release alone: each
-    submission is graded in a copy of its own (graders/worker.py)."""
-    root = template_cache()
-    dest = root / template_key(release, assignments)
-    if not (dest / _META).is_file():
-        from .grade import build_template
-
-        if say is not None:
-            say(f"building the release template of {len(assignments)} assignments (cached)")
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
-        try:
-            template, max_score, code_cells = build_template(tmp, assignments, release)
-            meta = {"max_score": max_score, "code_cells": code_cells}
-            (template / _META).write_text(json.dumps(meta))
-            if dest.is_dir() and not (dest / _META).is_file():
-                shutil.rmtree(dest)  # not a template (no meta): never renamed into place whole
-            try:
-                os.rename(template, dest)
-            except OSError:  # another run renamed its own first: the same key, the same content
-                if not (dest / _META).is_file():
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    meta = json.loads((dest / _META).read_text())
-    os.utime(dest)  # most recently used
-    _prune(root, dest)
-    return dest, meta["max_score"], meta["code_cells"]
-
-
-def _prune(root: Path, current: Path) -> None:
-    """Remove all but the TEMPLATE_CACHE_KEEP most recently used templates (never `current`),
-    and what builds stopped a day ago or more left (a build in progress is younger)."""
-    import time
-
-    for stale in root.glob(".building-*"):
-        if stale.stat().st_mtime < time.time() - 86400:
-            shutil.rmtree(stale, ignore_errors=True)
-    done = [p for p in root.iterdir() if p.is_dir() and (p / _META).is_file() and p != current]
-    done.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-    for old in done[TEMPLATE_CACHE_KEEP - 1 :]:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- on the worker
@@ -170,11 +75,11 @@ def _template_for(job: dict) -> Path:
 def grade_task(job: dict) -> dict:
     """Grade one submission on this worker; returns {"result": ..., "feedback": html or None}.
 
-    job: the fields of graders/worker.py's job, plus "notebook" (the file's bytes, base64),
+    job: the fields of graders/run/worker.py's job, plus "notebook" (the file's bytes, base64),
     "release" (release_hash) and "assignments" (those the template holds). The notebook is
     graded from a copy in a scratch folder of this worker, removed afterwards.
     """
-    from .grade import run_worker
+    from .worker import run_worker
 
     stage = Path(tempfile.mkdtemp(prefix="fa-grading-task-"))
     try:
@@ -224,7 +129,7 @@ def _local_cluster(workers: int):
     from distributed import LocalCluster
 
     # workers as threads of this process: each task already runs in a grading process of its
-    # own (graders/worker.py), so worker processes would only add their start (measured on 2
+    # own (graders/run/worker.py), so worker processes would only add their start (measured on 2
     # cores: 15 to 35 s more for one student's notebooks); a real cluster's workers are processes.
     # The settings are read while the scheduler and workers start: set for that only, so that
     # the caller's own dask (an instructor's notebook) keeps its configuration.
@@ -235,7 +140,7 @@ def _local_cluster(workers: int):
             n_workers=workers,
             threads_per_worker=1,
             processes=False,
-            memory_limit=0,  # each notebook's grader caps its own memory (graders/worker.py)
+            memory_limit=0,  # each notebook's grader caps its own memory (graders/run/worker.py)
             dashboard_address="127.0.0.1:0",
             silence_logs=logging.ERROR,
         )

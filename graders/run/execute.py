@@ -14,7 +14,7 @@ student's function would fail because that function uses `logging`, `warnings` o
 `print(file=sys.stderr)`. In graded cells, stderr output is moved to stdout, each line marked
 "[stderr] ", so the feedback still shows it and the score depends only on errors.
 
-With `sandboxed` (config), the kernel runs in graders.sandbox's bubblewrap sandbox.
+With `sandboxed` (config), the kernel runs in graders.isolation.sandbox's bubblewrap sandbox.
 """
 
 from __future__ import annotations
@@ -50,19 +50,20 @@ class SurvivingExecute(Execute):
     """Execute, but a dead or stuck kernel fails the cells from there on, not the notebook."""
 
     sandboxed = Bool(
-        False, help="run the kernel in graders.sandbox.SandboxKernelManager (bubblewrap)"
+        False, help="run the kernel in graders.isolation.sandbox.SandboxKernelManager (bubblewrap)"
     ).tag(config=True)
 
     verdicts_in_grader = Bool(
         True,
-        help="run graded test cells in the grader's process (graders.remote), not in the kernel",
+        help="run graded test cells in the grader's process (graders.isolation.remote), not in "
+        "the kernel",
     ).tag(config=True)
 
     _stopped: str | None = None  # why later cells are not run
 
     def create_kernel_manager(self):
         if self.sandboxed:
-            from .sandbox import SandboxKernelManager
+            from ..isolation.sandbox import SandboxKernelManager
 
             self.kernel_manager_class = SandboxKernelManager
         return super().create_kernel_manager()
@@ -130,7 +131,7 @@ class SurvivingExecute(Execute):
         import tempfile
         from pathlib import Path
 
-        from .remote import RemoteError, run_in_grader
+        from ..isolation.remote import RemoteError, run_in_grader
 
         scratch = getattr(self.km, "scratch", None)
         if scratch is not None:  # the sandbox's folder that the kernel sees at the same path

@@ -4,7 +4,8 @@ The course directory nbgrader sees is laid out as
     <root>/solutions/<assignment>/<assignment>.ipynb   source (instructor notebooks)
     <root>/notebooks/<assignment>/<assignment>.ipynb   release (student notebooks)
     <root>/submitted/<student>/<assignment>/...         submissions, then autograded/, feedback/
-`root` is the repository for a release, and a working folder for grading.
+`root` is the repository for a release, and a working folder for grading. REPO, CONFIG_FILE and
+assignments() are graders/authoring/course.py's, offered here too.
 """
 
 from __future__ import annotations
@@ -17,24 +18,19 @@ import shutil
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-CONFIG_FILE = Path(__file__).resolve().parent / "nbgrader_config.py"
+from ..authoring.course import CONFIG_FILE as CONFIG_FILE
+from ..authoring.course import REPO as REPO
+from ..authoring.course import assignments as assignments
 
 
 def skip_iri_grammar() -> None:
     """Keep jsonschema from compiling rfc3987_syntax's IRI grammar (about 1 s at import, most of
     the time `import nbformat` takes). Only jsonschema's "iri" format checker uses it, and
     nbformat validates notebooks without format checking, so nothing the grader does changes.
-    Called first thing by the grader's programs (python -m graders, python -m graders.worker),
+    Called first thing by the grader's programs (python -m graders, python -m graders.run.worker),
     never on import: a library must not change what its importer's jsonschema checks."""
     if "jsonschema" not in sys.modules:
         sys.modules.setdefault("rfc3987_syntax", None)  # None: `import` raises ImportError
-
-
-def assignments(root: Path = REPO) -> list[str]:
-    """The assignment ids, in course order: every solutions/NN_topic/NN_topic.ipynb."""
-    src = Path(root) / "solutions"
-    return sorted(p.name for p in src.iterdir() if (p / f"{p.name}.ipynb").is_file())
 
 
 def _alembic_on_path() -> None:
@@ -51,8 +47,8 @@ def load_config(
 
     Without a gradebook (db_url="none") generate_assignment records nothing: enough for a release.
     timeout: seconds one cell may run during autograde (default: the config file's).
-    sandbox: run each kernel in graders.sandbox's bubblewrap sandbox, with these settings of
-    SandboxKernelManager (memory_gb, tmpfs_mb, hidden); None: the kernel runs as this user.
+    sandbox: run each kernel in graders.isolation.sandbox's bubblewrap sandbox, with these settings
+    of SandboxKernelManager (memory_gb, tmpfs_mb, hidden); None: the kernel runs as this user.
     """
     from traitlets.config.loader import PyFileConfigLoader
 
@@ -190,7 +186,7 @@ def autograde(
 ) -> dict:
     """Run nbgrader autograde for one submission; returns nbgrader's result dict.
 
-    sandbox: None runs the kernel as this user; a dict (settings of graders.sandbox's
+    sandbox: None runs the kernel as this user; a dict (settings of graders.isolation.sandbox's
     SandboxKernelManager, {} for the defaults) runs it in the bubblewrap sandbox.
     """
     api = nbgrader_api(root, timeout=timeout, sandbox=sandbox)
@@ -218,10 +214,11 @@ def scores(root: Path, assignment: str) -> dict[str, dict]:
 
 
 def sync_setup_cells(root: Path = REPO) -> list[Path]:
-    """Make the first cell of every solution notebook the setup cell of graders/authoring.py."""
+    """Make the first cell of every solution notebook the setup cell of
+    graders/authoring/authoring.py."""
     import nbformat
 
-    from .authoring import setup_source
+    from ..authoring.authoring import setup_source
 
     changed = []
     for assignment in assignments(root):

@@ -1,14 +1,18 @@
-"""Grade one submission in a scratch course directory (run as a subprocess by graders.grade).
+"""Grade one submission in a scratch course directory, in a process of its own.
 
-    python -m graders.worker '{"student": ..., "assignment": ..., "path": ..., "template": ...,
+    python -m graders.run.worker '{"student": ..., "assignment": ..., "path": ..., "template": ...,
                                "out": ..., "timeout": ..., "memory_gb": ..., "sandbox": true}'
 
 Each submission gets its own copy of the course directory and gradebook, so a submission that
 crashes, hangs or fills memory cannot touch another one. With "sandbox" (the default) the
-notebook's kernel runs in graders.sandbox's bubblewrap sandbox; this process, which runs nbgrader
-and writes the gradebook, stays outside it. The result is written as JSON to
+notebook's kernel runs in graders.isolation.sandbox's bubblewrap sandbox; this process, which runs
+nbgrader and writes the gradebook, stays outside it. The result is written as JSON to
 <out>/results/<student>/<assignment>.json and printed; the autograded notebook is kept as
 <out>/autograded/<student>/<assignment>.ipynb (result["autograded"]).
+
+    result = run_worker(job, wall_seconds)   this module in a subprocess, stopped after
+                                            wall_seconds (what each dask task of
+                                            graders/run/cluster.py calls)
 """
 
 from __future__ import annotations
@@ -17,18 +21,19 @@ import hashlib
 import json
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from . import pipeline
-from .submissions import (
+from ..intake.submissions import (
     cause_line,
     find_tampering,
     is_untouched,
     read_submission,
     truncate_outputs,
 )
+from . import pipeline
 
 # nbgrader (through .execute) and course_utils are imported where they are used: the grader's
 # client imports this module for result_path and sha256 alone, and must start fast (grade.py);
@@ -43,6 +48,42 @@ def result_path(out: Path, student: str, assignment: str) -> Path:
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def run_worker(job: dict, wall_seconds: float) -> dict:
+    """Grade one notebook in a `python -m graders.run.worker` subprocess, stopped after
+    `wall_seconds`; its result is read from job["out"]/results. Never raises for a problem of
+    the submission."""
+    cmd = [sys.executable, "-m", "graders.run.worker", json.dumps(job)]
+    base = {
+        "student": job["student"],
+        "assignment": job["assignment"],
+        "source": job.get("source", job["path"]),
+        "sha256": sha256(job["path"]),
+        "score": 0.0,
+        "max_score": job["max_score"],
+        "cells": {},
+        "seconds": wall_seconds,
+    }
+    try:
+        proc = subprocess.run(
+            cmd,
+            cwd=pipeline.REPO,
+            capture_output=True,
+            text=True,
+            timeout=wall_seconds,
+        )
+    except subprocess.TimeoutExpired:
+        return {
+            **base,
+            "status": "grader-error",
+            "problems": [f"grading took longer than {wall_seconds:.0f} s and was stopped"],
+        }
+    path = result_path(Path(job["out"]), job["student"], job["assignment"])
+    if proc.returncode == 0 and path.exists():
+        return json.loads(path.read_text())
+    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+    return {**base, "status": "grader-error", "problems": [f"the grader itself failed: {tail}"]}
 
 
 def _cell_reports(nb) -> dict[str, dict]:
@@ -71,7 +112,7 @@ def grade_one(job: dict) -> dict:
     """Autograde one submission; never raises for a problem of the submission itself."""
     import nbformat
 
-    from . import student_build
+    from ..isolation import student_build
     from .execute import KERNEL_DIED, NOT_STOPPED, TIMED_OUT
 
     student, assignment = job["student"], job["assignment"]
@@ -122,7 +163,7 @@ def grade_one(job: dict) -> dict:
     graded_nb_path.chmod(0o644)  # nbgrader leaves it read-only: only a root grader could write it
     nbformat.write(graded_nb, str(graded_nb_path))
     # the autograded notebook goes back to the client, which files it in the instructor's
-    # gradebook course directory (graders/gradebook.py): Formgrader shows it cell by cell
+    # gradebook course directory (graders/outputs/gradebook.py): Formgrader shows it cell by cell
     kept = out / "autograded" / student / f"{assignment}.ipynb"
     kept.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(graded_nb_path, kept)

@@ -29,10 +29,11 @@ from pathlib import Path
 import classroom
 import nbformat
 import pytest
+from fixtures import bank
 
-from graders import bank, pipeline
 from graders.grade import NOT_ROSTERED
-from graders.submissions import IGNORED_FILE
+from graders.intake.submissions import IGNORED_FILE
+from graders.run import pipeline
 
 A1, A3, A5 = "01_online_softmax", "03_tiled_forward", "05_split_kv"
 COURSE = [A1, A3, A5]
@@ -81,7 +82,7 @@ def _with_own_graded_cell(nb):
 
 
 def _sandbox_flag() -> list[str]:
-    from graders import sandbox
+    from graders.isolation import sandbox
 
     return [] if sandbox.probe() is None else ["--unsafe-no-sandbox"]
 

@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures import bank
 
-from graders import bank, pipeline
 from graders.grade import grade
+from graders.run import pipeline
 
 ASSIGNMENT = "01_online_softmax"  # the fastest notebook
 STUDENTS = 4
@@ -34,7 +35,7 @@ pytestmark = [
 
 
 def _sandbox() -> bool:
-    from graders import sandbox
+    from graders.isolation import sandbox
 
     return sandbox.probe() is None
 
@@ -183,11 +184,11 @@ def test_no_scheduler_at_that_address_is_one_clear_line(tmp_path):
 
 def test_the_local_cluster_does_not_profile_the_graders_cores():
     """Its workers are threads of the client on the grading cores: no statistical profiler, a
-    slow system monitor, and the retry budget of graders.cluster."""
+    slow system monitor, and the retry budget of graders.run.cluster."""
     import dask
     from distributed import Client
 
-    from graders import cluster
+    from graders.run import cluster
 
     before = dask.config.get("distributed.worker.profile.enabled")
     local = cluster._local_cluster(1)

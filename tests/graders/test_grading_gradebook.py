@@ -22,8 +22,10 @@ import warnings
 from pathlib import Path
 
 import pytest
+from fixtures import bank
 
-from graders import bank, exports, pipeline
+from graders.outputs import exports
+from graders.run import pipeline
 
 A1, A2 = "01_online_softmax", "02_merge_partials"
 FULL, PARTIAL, BROKEN = "ana", "张伟", "bo"
@@ -362,7 +364,7 @@ def test_the_command_refuses_a_bad_roster_or_export_before_grading(tmp_path, cap
 def test_failed_submissions_of_every_kind_are_recorded_with_zero(tmp_path):
     """gradebook.record on results that never reached a notebook: a grader error whose source is
     gone, and an autograde failure; the gradebook gets 0 and the reason, nothing raises."""
-    from graders import gradebook
+    from graders.outputs import gradebook
 
     max_score = sum(bank.points(A2).values())
     results = [
@@ -407,7 +409,7 @@ def test_failed_submissions_of_every_kind_are_recorded_with_zero(tmp_path):
 def test_recording_again_writes_auto_scores_and_keeps_manual_ones(tmp_path):
     """record() twice on the same course directory: the second verdicts replace the auto scores,
     a manual score set in between stays and counts, a cell without one follows the grader."""
-    from graders import gradebook
+    from graders.outputs import gradebook
 
     pts = bank.points(A2)
     first, second = sorted(pts)[:2]

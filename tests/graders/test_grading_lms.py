@@ -1,6 +1,6 @@
 """Canvas's and Moodle's "download all submissions" archives, read as the LMSs write them.
 
-The archives are built as graders/lms.py's docstring says each LMS builds them (Canvas:
+The archives are built as graders/intake/lms.py's docstring says each LMS builds them (Canvas:
 lib/content_zipper.rb; Moodle: mod/assign/locallib.php download_submissions): member names,
 flat or in folders, a LATE marker, Canvas's `-N` for a file uploaded again, Moodle's
 `onlinetext` folder beside the file folder, names with accents (composed and decomposed),
@@ -19,8 +19,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from graders import exports, lms, pipeline
-from graders.submissions import attach_submission_info, discover, student_id
+from graders.intake import lms
+from graders.intake.submissions import attach_submission_info, discover, student_id
+from graders.outputs import exports
+from graders.run import pipeline
 
 A = "01_online_softmax"
 KNOWN = pipeline.assignments()
@@ -300,7 +302,7 @@ def test_a_zip_that_is_no_lms_download_and_other_layouts(tmp_path):
     flat = tmp_path / "flat"
     flat.mkdir()
     (flat / f"alice_{A}.ipynb").write_bytes(_notebook(1))
-    assert lms.discover(flat, KNOWN) is None  # graders.submissions reads it
+    assert lms.discover(flat, KNOWN) is None  # graders.intake.submissions reads it
     subs, _ = discover(flat, KNOWN)
     assert [s.student for s in subs] == ["alice"]
 
@@ -386,7 +388,7 @@ def test_canvas_export_uses_the_canvas_user_id_of_the_download(tmp_path):
 
 def _sandbox_kw() -> dict:
     """Grade in the bubblewrap sandbox where one can be made, else explicitly without it."""
-    from graders import sandbox
+    from graders.isolation import sandbox
 
     return {"sandbox": sandbox.probe() is None}
 

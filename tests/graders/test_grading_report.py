@@ -27,9 +27,11 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+from fixtures import bank
 
-from graders import bank, misconceptions, pipeline, report_html
-from graders.report import write_outputs
+from graders.outputs import misconceptions, report_html
+from graders.outputs.report import write_outputs
+from graders.run import pipeline
 
 A1, A2 = "01_online_softmax", "02_merge_partials"
 EVIL = "<script>alert('x')</script>"
@@ -510,7 +512,7 @@ def test_concept_questions_beliefs_have_their_words():
 def test_figures_of_a_class_without_misconceptions_or_cells():
     """A class where no check named a misconception (or no cell was graded) still gets its
     figures: the empty charts say so instead of failing on their tick settings."""
-    from graders import report
+    from graders.outputs import report
 
     results = [{"student": "a", "assignment": "01", "score": 1.0, "max_score": 2.0}]
     for pass_rates, per_exercise in (({("01", "c"): (1, 2)}, {}), ({}, {})):
@@ -528,7 +530,7 @@ def _release_cells(assignment: str):
     """(grade_id, points, index) of the release's graded test cells, read with nbformat."""
     import nbformat
 
-    from graders.pipeline import REPO
+    from graders.run.pipeline import REPO
 
     nb = nbformat.read(REPO / "notebooks" / assignment / f"{assignment}.ipynb", 4)
     return [
@@ -542,7 +544,7 @@ def _release_cells(assignment: str):
 def test_the_outline_is_the_release_notebooks(assignment):
     """Ids and points in the notebook's order; each title is words of a markdown cell between
     the graded cell before and this one (or the exercise's name); no two titles alike."""
-    from graders.report import exercise_outline
+    from graders.outputs.exercises import exercise_outline
 
     cells, nb = _release_cells(assignment)
     outline = exercise_outline(assignment)
@@ -574,7 +576,7 @@ SHARES = {
 def _glance_class() -> list[dict]:
     """A1 with the release's cells: four students who tried, one whose notebook came back as
     released (untouched), one who sent nothing (missing); A2 for everyone but s4."""
-    from graders.report import exercise_outline
+    from graders.outputs.exercises import exercise_outline
 
     outline = exercise_outline(A1)
     assert len(outline) == len(SHARES["s1"])
@@ -610,7 +612,7 @@ def _between(page: str, start: str, end: str) -> str:
 
 
 def test_exercises_in_the_notebooks_order_with_titles_and_points(glance):
-    from graders.report import exercise_outline
+    from graders.outputs.exercises import exercise_outline
 
     _, _, lines, page = glance
     section = _between(page, '<section id="exercises">', "</section>")
@@ -658,8 +660,8 @@ def test_untouched_and_missing_have_their_badges_counts_and_totals(glance):
 def test_percentages_date_and_commit(glance):
     import datetime
 
-    from graders.pipeline import REPO
-    from graders.report import course_commit
+    from graders.outputs.report import course_commit
+    from graders.run.pipeline import REPO
 
     out, results, _, page = glance
     for r in results:
@@ -707,7 +709,7 @@ def test_item_analysis_difficulty_and_discrimination(glance):
     course total less that cell); n/a when a side does not vary."""
     import numpy as np
 
-    from graders.report import exercise_outline
+    from graders.outputs.exercises import exercise_outline
 
     _, results, _, page = glance
     values = _table_values(page)
@@ -738,7 +740,8 @@ def test_item_analysis_difficulty_and_discrimination(glance):
 
 
 def test_item_analysis_is_undefined_with_fewer_than_three_students():
-    from graders.report import exercise_outline, item_analysis
+    from graders.outputs.exercises import exercise_outline
+    from graders.outputs.report import item_analysis
 
     outline = exercise_outline(A1)
     top = sum(e.points for e in outline)
@@ -765,15 +768,15 @@ def test_most_named_misconceptions_have_the_checks_words(glance):
 
 def test_long_output_is_reported_in_graded_and_other_cells_by_their_feedback_names(tmp_path):
     """A real kernel runs an ungraded cell that prints 70,000 characters and a graded test cell
-    (checked in the grader, graders/remote.py) whose call prints 900,000: both are reported,
-    each by the name the feedback page shows (its In [n] prompt, its grade cell id)."""
+    (checked in the grader, graders/isolation/remote.py) whose call prints 900,000: both are
+    reported, each by the name the feedback page shows (its In [n] prompt, its grade cell id)."""
     from nbconvert import HTMLExporter
     from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-    from graders.execute import SurvivingExecute
-    from graders.pipeline import REPO
-    from graders.report import feedback_labels
-    from graders.submissions import truncate_outputs
+    from graders.intake.submissions import truncate_outputs
+    from graders.outputs.report import feedback_labels
+    from graders.run.execute import SurvivingExecute
+    from graders.run.pipeline import REPO
 
     def meta(**kw):
         return {"nbgrader": {"schema_version": 3, "locked": False, "solution": False, **kw}}
@@ -807,7 +810,7 @@ def test_long_output_is_reported_in_graded_and_other_cells_by_their_feedback_nam
 def test_problems_name_cells_as_the_feedback_page_does(real_class):
     """A "cell #i" (the notebook's index) becomes the prompt the student's feedback page shows
     above that cell."""
-    from graders.report import relabel_cells
+    from graders.outputs.report import relabel_cells
 
     out, results = real_class
     res = next(r for r in results if r.get("autograded") and r.get("feedback"))
@@ -841,7 +844,7 @@ def test_the_dashboard_link_opens():
 
     from distributed import Client
 
-    from graders import cluster
+    from graders.run import cluster
 
     local = cluster._local_cluster(1)
     client = Client(local)

@@ -11,7 +11,8 @@ import json
 import nbformat
 import pytest
 
-from graders import cluster, grade, pipeline
+from graders import grade
+from graders.run import cluster, pipeline, template
 
 ASSIGNMENT = "01_online_softmax"  # the fastest notebook
 
@@ -22,26 +23,26 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """A template cache of this test's own (cluster.template_cache follows XDG_CACHE_HOME)."""
+    """A template cache of this test's own (template.template_cache follows XDG_CACHE_HOME)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     return tmp_path / "xdg" / "fa-course-grader"
 
 
 def _counting_builds(monkeypatch) -> list[str]:
-    """Record each real build of a template (graders.grade.build_template) by its release."""
+    """Record each real build of a template (graders.run.template.build_template) by its release."""
     builds: list[str] = []
-    real = grade.build_template
+    real = template.build_template
 
     def counted(work, only, release=""):
         builds.append(release)
         return real(work, only, release)
 
-    monkeypatch.setattr(grade, "build_template", counted)
+    monkeypatch.setattr(template, "build_template", counted)
     return builds
 
 
 def _sandbox() -> bool:
-    from graders import sandbox
+    from graders.isolation import sandbox
 
     return sandbox.probe() is None
 
@@ -76,7 +77,7 @@ def test_a_run_with_nothing_new_grades_nothing_and_says_so(tmp_path, cache, caps
             raise AssertionError(f"a run with nothing new sent {len(tasks)} tasks")
         return iter(())
 
-    monkeypatch.setattr(cluster, "cached_template", no_template)
+    monkeypatch.setattr(grade, "cached_template", no_template)
     monkeypatch.setattr(cluster, "run", no_cluster)
     again = grade.grade(tmp_path / "submitted", out, jobs=1, sandbox=sandbox)
     said = capsys.readouterr().out.splitlines()
@@ -94,20 +95,20 @@ def test_a_run_with_nothing_new_grades_nothing_and_says_so(tmp_path, cache, caps
 
 def test_the_template_is_reused_for_the_same_release_and_rebuilt_for_another(cache, monkeypatch):
     builds = _counting_builds(monkeypatch)
-    release = cluster.release_hash()
+    release = template.release_hash()
 
-    first, max_score, code_cells = cluster.cached_template([ASSIGNMENT], release)
+    first, max_score, code_cells = template.cached_template([ASSIGNMENT], release)
     assert first.parent == cache
     assert (first / ".release").read_text() == release
     assert max_score[ASSIGNMENT] > 0 and code_cells[ASSIGNMENT] > 0
     assert not [p for p in cache.iterdir() if p.name.startswith(".building-")]
 
-    same = cluster.cached_template([ASSIGNMENT], release)
+    same = template.cached_template([ASSIGNMENT], release)
     assert same == (first, max_score, code_cells)
     assert builds == [release]
 
     other = "0" * 64  # another release: another key, a template built for it
-    second, _, _ = cluster.cached_template([ASSIGNMENT], other)
+    second, _, _ = template.cached_template([ASSIGNMENT], other)
     assert second != first and (second / ".release").read_text() == other
     assert builds == [release, other]
     assert first.is_dir()  # the newest few are kept
@@ -115,20 +116,20 @@ def test_the_template_is_reused_for_the_same_release_and_rebuilt_for_another(cac
 
 def test_a_half_built_template_is_never_used(cache, monkeypatch):
     builds = _counting_builds(monkeypatch)
-    release = cluster.release_hash()
-    dest = cache / cluster.template_key(release, [ASSIGNMENT])
+    release = template.release_hash()
+    dest = cache / template.template_key(release, [ASSIGNMENT])
     (dest / "notebooks").mkdir(parents=True)  # as a build stopped half-way would leave it
     (dest / ".release").write_text(release)
 
-    template, _, _ = cluster.cached_template([ASSIGNMENT], release)
-    assert template == dest and builds == [release]
+    built, _, _ = template.cached_template([ASSIGNMENT], release)
+    assert built == dest and builds == [release]
     assert json.loads((dest / ".meta.json").read_text())["max_score"][ASSIGNMENT] > 0
     assert (dest / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
 
 
 def test_the_template_key_follows_the_release_and_the_assignments():
-    release = cluster.release_hash()
-    key = cluster.template_key(release, [ASSIGNMENT])
-    assert key == cluster.template_key(release, [ASSIGNMENT])
-    assert key != cluster.template_key("0" * 64, [ASSIGNMENT])
-    assert key != cluster.template_key(release, [ASSIGNMENT, "03_tiled_forward"])
+    release = template.release_hash()
+    key = template.template_key(release, [ASSIGNMENT])
+    assert key == template.template_key(release, [ASSIGNMENT])
+    assert key != template.template_key("0" * 64, [ASSIGNMENT])
+    assert key != template.template_key(release, [ASSIGNMENT, "03_tiled_forward"])

@@ -22,10 +22,9 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pytest
+from fixtures import bank
 
-from graders import bank, pipeline, similarity
-from graders.report import fallback_feedback, finalize
-from graders.submissions import (
+from graders.intake.submissions import (
     IGNORED_FILE,
     OLDER_UPLOAD,
     attach_submission_info,
@@ -41,6 +40,9 @@ from graders.submissions import (
     student_id,
     truncate_outputs,
 )
+from graders.outputs import similarity
+from graders.outputs.report import fallback_feedback, finalize
+from graders.run import pipeline
 
 ASSIGNMENTS = pipeline.assignments()
 A = "01_online_softmax"
@@ -331,8 +333,8 @@ def test_student_ids_keep_names_and_never_merge_two():
 def test_nbgrader_accepts_the_ids_as_student_and_folder(tmp_path):
     """nbgrader finds a submission by globbing the student id and parses it back by regex.
 
-    (The gradebook takes the ids too: the graded class of tests/test_grading.py has 张伟, José
-    and Ana María.)
+    (The gradebook takes the ids too: the graded class of tests/graders/test_grading.py has 张伟,
+    José and Ana María.)
     """
     from nbgrader.coursedir import CourseDirectory
 

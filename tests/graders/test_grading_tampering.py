@@ -1,4 +1,4 @@
-"""The tampering scan (graders/tampering.py) on the real release notebook of 01.
+"""The tampering scan (graders/isolation/tampering.py) on the real release notebook of 01.
 
 Each case is the release notebook, read with nbformat, with the student's answer cell replaced by
 the solved answer plus a few lines (or a new cell after it, as JupyterLab adds one): the patches
@@ -12,10 +12,11 @@ import ast
 
 import nbformat
 import pytest
+from fixtures import bank
 
-from graders import bank, pipeline
-from graders.submissions import find_tampering as reexported
-from graders.tampering import find_tampering, to_python
+from graders.intake.submissions import find_tampering as reexported
+from graders.isolation.tampering import find_tampering, to_python
+from graders.run import pipeline
 
 A = "01_online_softmax"
 ASSIGNMENTS = pipeline.assignments()
@@ -250,7 +251,7 @@ def test_patch_is_found(extra, lines, kw):
         assert got.startswith(f"cell {label}: "), got
         # the reported line is the statement as Python spells it: the patch's own line
         assert got.removeprefix(f"cell {label}: ").startswith(want), (got, want)
-    assert reexported(nb) == found  # graders.submissions still offers the same function
+    assert reexported(nb) == found  # graders.intake.submissions still offers the same function
 
 
 # Honest code: must give nothing.

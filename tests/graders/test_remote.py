@@ -2,8 +2,8 @@
 
 The kernel tests start a real IPython kernel (jupyter_client) whose course_utils is the stripped
 package a graded notebook sees, run a student's answer cell in it, then run the release's test
-cell in this process through graders.remote: whatever the answer cell patches inside its kernel,
-the values are compared here.
+cell in this process through graders.isolation.remote: whatever the answer cell patches inside its
+kernel, the values are compared here.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pytest
 
 from course_utils.checks import _wire
 from course_utils.checks.merge import key_parts
-from graders import student_build
-from graders.remote import KernelChannel, RemoteError, run_test_cell
+from graders.isolation import student_build
+from graders.isolation.remote import KernelChannel, RemoteError, run_test_cell
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ---- the wire format -------------------------------------------------------------------------

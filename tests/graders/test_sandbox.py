@@ -1,11 +1,11 @@
 """The students' sandbox, attacked from the inside with real kernels and a real grading run.
 
-Every check runs code in a kernel started by graders.sandbox.SandboxKernelManager (directly, or
-through graders.grade.grade and nbgrader autograde) and asserts that the way out is closed:
-solutions/, other submissions, the grading folders, the network, processes outliving the
+Every check runs code in a kernel started by graders.isolation.sandbox.SandboxKernelManager
+(directly, or through graders.grade.grade and nbgrader autograde) and asserts that the way out is
+closed: solutions/, other submissions, the grading folders, the network, processes outliving the
 notebook, scratch files outliving it, memory. The same probes run once without the sandbox
 and do get out, so they are real probes. Also: the refusal when no sandbox can be made, the
---unsafe-no-sandbox path, and two honest-student cases of graders.execute (a cell that ignores
+--unsafe-no-sandbox path, and two honest-student cases of graders.run.execute (a cell that ignores
 SIGINT, a graded cell whose code logs to stderr).
 """
 
@@ -28,10 +28,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fixtures import bank
 
-from graders import bank, cgroups, pipeline
-from graders import sandbox as sb
 from graders.grade import grade
+from graders.isolation import cgroups
+from graders.isolation import sandbox as sb
+from graders.run import pipeline
 
 ASSIGNMENT = "01_online_softmax"  # the fastest notebook
 SOLUTION = pipeline.REPO / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
@@ -455,7 +457,7 @@ def test_a_dead_grader_takes_the_whole_sandbox_with_it(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys, time
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).parents[1])!r}]
         from test_sandbox import Kernel, _spawn_code
         k = Kernel()
         print(k.scratch, flush=True)

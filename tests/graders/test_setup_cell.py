@@ -6,7 +6,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from graders import authoring
+from graders.authoring import authoring
 
 pytestmark = pytest.mark.notebooks
 

@@ -1,0 +1,1 @@
+"""What arrives: submissions found in a folder or an LMS download, read and repaired for grading."""

@@ -1,0 +1,102 @@
+"""The exercises of each assignment, in the notebook's order: what the report calls each
+graded cell.
+
+exercise_outline(assignment) -> (Exercise(grade_id, title, points), ...)   the release's cells
+cell_order(results, assignments) -> [(assignment, Exercise), ...]   those, then any cell the
+                                                                    results hold that the
+                                                                    release does not
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import NamedTuple
+
+from ..run import pipeline
+
+
+class Exercise(NamedTuple):
+    grade_id: str  # the graded test cell's id: the feedback page's "Grade cell: <id>"
+    title: str
+    points: float
+
+
+# A markdown heading ("### Exercise 1: the running max (4 points)") or a paragraph's bold lead
+# ("**Quick check 2.** The running state ..."): what names the graded cell that follows
+_HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.+?)[\s#]*$")
+_BOLD_LEAD = re.compile(r"^\s*\*\*(.+?)\*\*")
+_POINTS = re.compile(r"\s*\(\s*\d+(?:\.\d+)?\s+points?\s*\)\s*$", re.IGNORECASE)
+
+
+def _headings(markdown: str) -> list[str]:
+    found = []
+    for line in markdown.splitlines():
+        m = _HEADING.match(line) or _BOLD_LEAD.match(line)
+        if m:
+            title = _POINTS.sub("", m.group(1).replace("`", "")).strip().rstrip(".:").strip()
+            if title:
+                found.append(title)
+    return found
+
+
+def _name_of(grade_id: str) -> str:
+    """An exercise's name from its test cell's id: "merge_partials_tests" -> "merge partials"."""
+    return re.sub(r"_tests?$", "", grade_id).replace("_", " ").strip() or grade_id
+
+
+@cache
+def exercise_outline(assignment: str, root: Path = pipeline.REPO) -> tuple[Exercise, ...]:
+    """The graded test cells of the release notebook notebooks/<a>/<a>.ipynb in its order: id,
+    title and points (nbgrader's metadata). The title is the last heading (or bold lead) in the
+    markdown since the graded cell before; with none, the heading before that with the
+    exercise's name ("Quick check 2 (quick merged lse)"), else the name alone. () when there is no
+    release notebook (the report then lists the cells it finds in the results)."""
+    path = Path(root) / "notebooks" / assignment / f"{assignment}.ipynb"
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    outline, since, last = [], [], ""
+    for cell in nb.get("cells", []):
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.get("cell_type") == "markdown":
+            since += _headings(source)
+        elif meta.get("grade") and not meta.get("solution") and meta.get("grade_id"):
+            gid = meta["grade_id"]
+            if since:
+                title = last = since[-1]
+            else:  # a second graded cell under one heading: the heading and the cell's name
+                title = f"{last} ({_name_of(gid)})" if last else _name_of(gid)
+            outline.append(Exercise(gid, title, _points(meta)))
+            since = []
+    return tuple(outline)
+
+
+def _points(meta: dict) -> float:
+    try:
+        return float(meta.get("points") or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def cell_order(results: list[dict], assignments: list[str]) -> list[tuple[str, Exercise]]:
+    """(assignment, exercise) for every graded cell: the release's order and words, then any
+    cell the results have that the release does not (its id as title, its points as graded)."""
+    order = []
+    for a in assignments:
+        known = exercise_outline(a)
+        order += [(a, ex) for ex in known]
+        ids = {ex.grade_id for ex in known}
+        extra: dict[str, float] = {}
+        for r in results:
+            if r["assignment"] == a:
+                for gid, c in r.get("cells", {}).items():
+                    if gid not in ids:
+                        extra[gid] = max(extra.get(gid, 0.0), float(c.get("max_score") or 0))
+        order += [(a, Exercise(gid, gid, pts)) for gid, pts in sorted(extra.items())]
+    return order

@@ -1,0 +1,2 @@
+"""Grading notebooks: nbgrader's plumbing, the Execute step that survives the kernel, one
+submission in a worker process, the cached release template, the dask cluster."""
