@@ -4,7 +4,9 @@ feedback page and a results file.
 
 report.md is the plain-text summary (what the command prints) with the PNG figures;
 report.html is the instructor's page, self-contained (graders/outputs/report_html.py), with the
-checks' words for each misconception (graders/outputs/misconceptions.py).
+checks' words for each misconception (graders/outputs/misconceptions.py). The exercises' names
+and order come from graders/outputs/exercises.py, grades.csv and grades_by_cell.csv from
+graders/outputs/grades_csv.py; write_outputs writes them all.
 """
 
 from __future__ import annotations
