@@ -31,8 +31,8 @@ def main(argv=None) -> int:
     import triton.testing
 
     from benchmarks import learner_solutions as ls
+    from course_utils.harness import triton_learner_backward as lb
     from course_utils.triton_attention import flash_attention
-    from course_utils.triton_attention import learner_backward as lb
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d", type=int, nargs="+", default=[64, 128])
