@@ -217,23 +217,6 @@ def scores(root: Path, assignment: str) -> dict[str, dict]:
     return out
 
 
-def sync_setup_cells(root: Path = REPO) -> list[Path]:
-    """Make the first cell of every solution notebook the setup cell of graders/authoring.py."""
-    import nbformat
-
-    from graders.authoring import setup_source
-
-    changed = []
-    for assignment in assignments(root):
-        path = Path(root) / "solutions" / assignment / f"{assignment}.ipynb"
-        nb = nbformat.read(path, as_version=4)
-        if nb.cells and nb.cells[0].source != setup_source(assignment):
-            nb.cells[0].source = setup_source(assignment)
-            nbformat.write(nb, str(path))
-            changed.append(path)
-    return changed
-
-
 def feedback(root: Path, assignment: str, student: str) -> Path | None:
     """Run nbgrader generate_feedback for one graded submission; the HTML file, or None."""
     api = nbgrader_api(root)
