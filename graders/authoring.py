@@ -1,15 +1,16 @@
 """Helpers to write instructor notebooks with the right nbgrader metadata.
 
-An instructor can edit solutions/*.ipynb in Jupyter with nbgrader's "Create Assignment" toolbar;
-these helpers do the same from a script (handy when a notebook is first drafted):
+The source of each notebook is its text, source/NN_topic.md (graders/notebook_text.py builds
+solutions/ from it). These helpers write a notebook from a script (handy when one is first
+drafted); `python -m graders import-notebook` then turns it into its text:
 
     cells = [setup_cell(), md("# Title"), solution("def f(x):\n    ### BEGIN SOLUTION ..."),
              tests("check_f(f)", grade_id="f_tests", points=2)]
-    write_notebook(cells, "solutions/01_online_softmax/01_online_softmax.ipynb")
+    write_notebook(cells, "solutions/12_new_topic/12_new_topic.ipynb")
 
-The Colab setup cell is made here from REPO_URL, the one place that names the repository;
-tests/notebooks/test_notebooks.py checks that every notebook starts with exactly its cell
-(setup_source).
+The Colab setup cell and the Colab badges are made here from course.toml's repository
+(graders/settings.py): setup_source, colab_link, sync_badges. tests/notebooks/test_notebooks.py
+checks that every notebook starts with exactly its setup cell.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ except ImportError:
         raise CourseSetupError(
             f"✗ The course package could not be installed from {{_url}}: check the network "
             "(on Colab: Runtime > Restart session, then run this cell again), or the "
-            "repository URL in the course's configuration (REPO_URL in graders/authoring.py)."
+            "repository URL in the course's settings (`repository` in course.toml)."
         ) from None
     import course_utils"""
 SETUP_SOURCE = SETUP_TEMPLATE.format(repo_url=REPO_URL)
