@@ -163,7 +163,9 @@ def learner_autograd(obj, spec: str):
     """f(q, k, v, causal) -> out from a learner's torch.autograd.Function (notebook 08's
     FlashAttentionTriton: forward(ctx, q, k, v, causal, softmax_scale=None)) or a function."""
     if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
-        from course_utils.gpt import resolve_attention  # passes softmax_scale=None if it has one
+        from course_utils.references.gpt import (
+            resolve_attention,  # passes softmax_scale=None if it has one
+        )
 
         return resolve_attention(obj)
     if callable(obj):

@@ -5,7 +5,7 @@ the learner track's solution kernels (benchmarks/learner_solutions.py), in one r
     python -m benchmarks.capstone [--contexts 1024 2048 4096 8192 16384] [--steps 10]
                                   [--out DIR] [--no-append]
 
-Throughput: notebook 11's model (course_utils.gpt: 4 layers, 16 heads of d = 64, d_model 1024,
+Throughput: notebook 11's model (references.gpt: 4 layers, 16 heads of d = 64, d_model 1024,
 bf16 weights), batch x context = 16k tokens per step, forward + backward + AdamW step, the mean
 of --steps timed steps after 3 untimed ones (gpt.tokens_per_second). Peak memory: one causal
 attention call, forward + backward, batch 1, 16 heads, d = 64, bf16 (gpt.peak_memory), the bytes
@@ -44,7 +44,7 @@ def sdpa_backend(name: str):
 def backends() -> dict:
     """name -> attention(q, k, v, causal) for every column of the tables."""
     from benchmarks import learner_solutions
-    from course_utils import gpt
+    from course_utils.references import gpt
 
     return {
         "naive": gpt.resolve_attention("naive"),
@@ -60,7 +60,7 @@ def check(name: str, attention) -> str:
     """'' if attention matches float32 SDPA on a causal (2, 4, 1000, 64) bf16 case (out and the
     three gradients), else what differs."""
     from benchmarks.attention import rel_diff as rel
-    from course_utils import gpt
+    from course_utils.references import gpt
 
     q, k, v = gpt.attention_inputs(2, 4, 1000, 64, torch.bfloat16, "cuda", seed=1)
     dout = torch.randn_like(q)
@@ -83,7 +83,7 @@ def check(name: str, attention) -> str:
 
 def throughput(attention, contexts, steps: int, log) -> list[float | None]:
     """Training tokens/s at each context (None: out of memory)."""
-    from course_utils import gpt
+    from course_utils.references import gpt
 
     vocab = gpt.CharTokenizer(gpt.make_corpus()).vocab_size  # notebook 11's text
     config = gpt.GPTConfig(
@@ -103,7 +103,7 @@ def throughput(attention, contexts, steps: int, log) -> list[float | None]:
 
 
 def peaks(attention, lengths, log) -> list[int | None]:
-    from course_utils import gpt
+    from course_utils.references import gpt
 
     row = []
     for n in lengths:
@@ -135,7 +135,7 @@ def markdown(contexts, tps: dict, lengths, mem: dict, failed: list[str], command
         f"- device: {nvidia_smi('name,driver_version')}; clocks at the end: {nvidia_smi(CLOCKS)}",
         f"- versions: {versions()}",
         f"- command: `{command}`",
-        "- model: course_utils.gpt, 4 layers, 16 heads of d = 64, d_model 1024, bf16 weights, "
+        "- model: references.gpt, 4 layers, 16 heads of d = 64, d_model 1024, bf16 weights, "
         f"AdamW; batch x context = {TOKENS:,} tokens per step",
         "- learner: the learner track's solutions (notebook 06's forward, notebook 08's three "
         "backward kernels), benchmarks/learner_solutions.py",

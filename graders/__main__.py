@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import pipeline
+from graders import pipeline
 
 
 def grade_doc() -> str:
-    from . import grade
+    from graders import grade
 
     return grade.__doc__
 
@@ -84,9 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "grade":
-        from .grade import grade
-        from .gradebook import GradebookError
-        from .sandbox import SandboxUnavailable
+        from graders.grade import grade
+        from graders.gradebook import GradebookError
+        from graders.sandbox import SandboxUnavailable
 
         try:
             grade(

@@ -8,7 +8,8 @@ these helpers do the same from a script (handy when a notebook is first drafted)
     write_notebook(cells, "solutions/01_online_softmax/01_online_softmax.ipynb")
 
 The Colab setup cell is made here from REPO_URL, the one place that names the repository;
-tests/test_notebooks.py checks that every notebook starts with exactly its cell (setup_source).
+tests/notebooks/test_notebooks.py checks that every notebook starts with exactly its cell
+(setup_source).
 """
 
 from __future__ import annotations

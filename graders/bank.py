@@ -29,10 +29,10 @@ from pathlib import Path
 
 import nbformat
 
-from . import pipeline
-from .authoring import KERNELSPEC
-from .submissions import IGNORED_FILE, OLDER_UPLOAD, source_text
-from .submissions import student_id as _student_id
+from graders import pipeline
+from graders.authoring import KERNELSPEC
+from graders.submissions import IGNORED_FILE, OLDER_UPLOAD, source_text
+from graders.submissions import student_id as _student_id
 
 # seconds per cell: cuts the infinite loop soon, and leaves the Triton interpreter's checks of
 # notebook 06 room on a busy two-core machine

@@ -41,7 +41,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import pipeline
+from graders import pipeline
 
 ALLOWED_FAILURES = 1  # a task may lose its worker once; the second loss is reported
 
@@ -77,7 +77,7 @@ def template_key(release: str, assignments: list[str]) -> str:
     and the course package with the code that strips it (graders/student_build.py)."""
     from importlib.metadata import version
 
-    from . import student_build
+    from graders import student_build
 
     h = hashlib.sha256(f"{release}\n{','.join(assignments)}\n{version('nbgrader')}\n".encode())
     stripped = sorted(student_build.PACKAGE.rglob("*.py"))
@@ -100,7 +100,7 @@ def cached_template(
     root = template_cache()
     dest = root / template_key(release, assignments)
     if not (dest / _META).is_file():
-        from .grade import build_template
+        from graders.grade import build_template
 
         if say is not None:
             say(f"building the release template of {len(assignments)} assignments (cached)")
@@ -174,7 +174,7 @@ def grade_task(job: dict) -> dict:
     "release" (release_hash) and "assignments" (those the template holds). The notebook is
     graded from a copy in a scratch folder of this worker, removed afterwards.
     """
-    from .grade import run_worker
+    from graders.grade import run_worker
 
     stage = Path(tempfile.mkdtemp(prefix="fa-grading-task-"))
     try:

@@ -62,7 +62,7 @@ class SurvivingExecute(Execute):
 
     def create_kernel_manager(self):
         if self.sandboxed:
-            from .sandbox import SandboxKernelManager
+            from graders.sandbox import SandboxKernelManager
 
             self.kernel_manager_class = SandboxKernelManager
         return super().create_kernel_manager()
@@ -130,7 +130,7 @@ class SurvivingExecute(Execute):
         import tempfile
         from pathlib import Path
 
-        from .remote import RemoteError, run_in_grader
+        from graders.remote import RemoteError, run_in_grader
 
         scratch = getattr(self.km, "scratch", None)
         if scratch is not None:  # the sandbox's folder that the kernel sees at the same path

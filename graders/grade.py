@@ -44,9 +44,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cluster, pipeline, student_build
-from .submissions import Submission, attach_submission_info, discover
-from .worker import result_path, sha256
+from graders import cluster, pipeline, student_build
+from graders.submissions import Submission, attach_submission_info, discover
+from graders.worker import result_path, sha256
 
 DEFAULT_MEMORY_GB = 6.0
 MISSING = "missing"  # the status of a rostered student's assignment with no submission
@@ -158,8 +158,8 @@ def grade(
     exports: LMS files to write too ("canvas", "moodle": graders.exports), with the students'
     LMS identifiers from the `roster` CSV.
     """
-    from . import exports as _exports
-    from . import sandbox as _sandbox
+    from graders import exports as _exports
+    from graders import sandbox as _sandbox
 
     kinds = _exports.parse_kinds(exports)
     people = _exports.read_roster(roster) if roster is not None else None
@@ -256,13 +256,13 @@ def grade(
     written_from = [results, problems, wanted, max_score, str(course), gradebook]
     digest = _outputs_digest(out, written_from)
     if digest is not None:  # None: the grades and report on disk are these results' already
-        from .report import write_outputs
+        from graders.report import write_outputs
 
         write_outputs(results, problems, out, wanted, max_score)
         (out / ".cache" / "outputs.sha256").write_text(digest)
     final = None
     if course is not None:
-        from . import gradebook as _gradebook
+        from graders import gradebook as _gradebook
 
         if digest is not None:  # (else these very results are in the gradebook already)
             handed_in = [r for r in results if r["status"] != MISSING]

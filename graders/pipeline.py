@@ -69,7 +69,7 @@ def load_config(
         cfg.Execute.timeout = int(timeout)
     from nbgrader.converters.autograde import Autograde
 
-    from .execute import SurvivingExecute
+    from graders.execute import SurvivingExecute
 
     steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
     cfg.Autograde.autograde_preprocessors = [
@@ -221,7 +221,7 @@ def sync_setup_cells(root: Path = REPO) -> list[Path]:
     """Make the first cell of every solution notebook the setup cell of graders/authoring.py."""
     import nbformat
 
-    from .authoring import setup_source
+    from graders.authoring import setup_source
 
     changed = []
     for assignment in assignments(root):

@@ -22,8 +22,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from . import pipeline, report_html, similarity
-from .submissions import one_line
+from graders import pipeline, report_html, similarity
+from graders.submissions import one_line
 
 if TYPE_CHECKING:  # matplotlib is imported when the figures are made (it is most of the cost)
     from matplotlib.figure import Figure
@@ -470,7 +470,7 @@ def _catalogue(per_exercise: dict):
     """What the checks say about each misconception slug seen (graders.misconceptions): read
     from the assignments' own check modules when they explain every slug seen, else from all.
     None when the check modules cannot be read here: the report then shows the slugs alone."""
-    from . import misconceptions
+    from graders import misconceptions
 
     try:
         mine = {m for a, _ in per_exercise for m in misconceptions.modules_of(a)}
@@ -486,7 +486,7 @@ def finalize(results: list[dict], out: Path) -> None:
     """Every submission, whatever its status, ends with one-line problems, a feedback page and a
     results file (results/<student>/<assignment>.json, rewritten with what was added here); a
     `missing` row (nothing handed in) gets neither."""
-    from .worker import result_path
+    from graders.worker import result_path
 
     for res in results:
         if res["status"] == "missing":  # nothing handed in: no page, no result to reuse
@@ -546,7 +546,7 @@ def write_outputs(
 ) -> list[str]:
     """Write the feedback and results of every submission, the CSVs, plots and report files;
     print and return the summary."""
-    from .grade import misconception_counts, write_csvs
+    from graders.grade import misconception_counts, write_csvs
 
     finalize(results, out)
     write_csvs(results, out, assignments)

@@ -164,7 +164,7 @@ def _trailing_parenthesis(text: str) -> int | None:
 def cause_of(problem: str) -> tuple[str, str]:
     """(cause, detail) of a one-line problem: what several students can share, and what is
     theirs alone (the cell, a file name, the line flagged)."""
-    from .submissions import OLDER_UPLOAD
+    from graders.submissions import OLDER_UPLOAD
 
     if problem.startswith(OLDER_UPLOAD):
         return OLDER_UPLOAD.rstrip(":"), problem[len(OLDER_UPLOAD) :].strip()
@@ -560,7 +560,7 @@ def render(
     (default: the cells of pass_rates); items: graders.report.item_analysis; points: each
     assignment's points (default: the most any result was graded out of); written, commit: the
     date and the course's commit, shown under the title."""
-    from .report import Exercise
+    from graders.report import Exercise
 
     figures = figures or {}
     names: dict[str, str] = {}

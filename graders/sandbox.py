@@ -53,7 +53,7 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Float, Integer, List, Unicode
 
-from . import cgroups
+from graders import cgroups
 
 REPO = Path(__file__).resolve().parent.parent
 HOME = "/home/student"

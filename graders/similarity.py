@@ -36,8 +36,8 @@ from pathlib import Path
 
 import nbformat
 
-from . import pipeline
-from .submissions import read_notebook, source_text
+from graders import pipeline
+from graders.submissions import read_notebook, source_text
 
 THRESHOLD = 0.8  # share of an answer's tokens found in the other one
 MIN_TOKENS = 50  # answers shorter than this (after the stubs are removed) are not compared

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import nbformat
 
-from .tampering import find_tampering as find_tampering  # moved; importable here too
+from graders.tampering import find_tampering as find_tampering  # moved; importable here too
 
 OLDER_UPLOAD = "older upload, not graded:"  # the start of the note naming an upload left out
 IGNORED_FILE = "skipped, not the assignment's notebook:"  # the note naming a scratch notebook
@@ -93,7 +93,7 @@ def discover(
     A Canvas or Moodle download (a .zip, a folder of them, or unzipped) is read by graders.lms,
     which maps each file to one student through `roster` ({student: exports.Person}).
     """
-    from . import lms
+    from graders import lms
 
     if (found := lms.discover(Path(path), known, assignment, roster)) is not None:
         return found
@@ -163,7 +163,7 @@ def _upload_order(path: Path, assignment: str) -> tuple:
 @functools.cache
 def release_grade_ids(assignment: str) -> frozenset[str]:
     """The nbgrader grade ids of the released notebook of `assignment` (empty when none)."""
-    from .pipeline import REPO
+    from graders.pipeline import REPO
 
     path = REPO / "notebooks" / assignment / f"{assignment}.ipynb"
     return _grade_ids(path) if path.is_file() else frozenset()

@@ -21,8 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import pipeline
-from .submissions import (
+from graders import pipeline
+from graders.submissions import (
     cause_line,
     find_tampering,
     is_untouched,
@@ -71,8 +71,8 @@ def grade_one(job: dict) -> dict:
     """Autograde one submission; never raises for a problem of the submission itself."""
     import nbformat
 
-    from . import student_build
-    from .execute import KERNEL_DIED, NOT_STOPPED, TIMED_OUT
+    from graders import student_build
+    from graders.execute import KERNEL_DIED, NOT_STOPPED, TIMED_OUT
 
     student, assignment = job["student"], job["assignment"]
     out, template = Path(job["out"]), Path(job["template"])

@@ -33,9 +33,9 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .._validate import softmax_scale_or_default
-from . import INTERPRETER
-from .backward import (
+from course_utils._validate import softmax_scale_or_default
+from course_utils.triton_attention import INTERPRETER
+from course_utils.triton_attention.backward import (
     DKDV_FAMILIES,
     INTERPRETER_DKDV_CONFIG,
     PREPROCESS_BLOCK_M,
@@ -49,7 +49,11 @@ from .backward import (
     _query_phases,
     _store_rows,
 )
-from .forward import LOG2E, _bind_cuda_context, launch_flash_attention_fwd
+from course_utils.triton_attention.forward import (
+    LOG2E,
+    _bind_cuda_context,
+    launch_flash_attention_fwd,
+)
 
 
 @triton.jit

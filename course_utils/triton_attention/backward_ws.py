@@ -66,10 +66,14 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .._validate import softmax_scale_or_default
-from .backward import PREPROCESS_BLOCK_M, _attn_bwd_preprocess_kernel, _check_backward_inputs
-from .forward import _bind_cuda_context
-from .forward_ws import (
+from course_utils._validate import softmax_scale_or_default
+from course_utils.triton_attention.backward import (
+    PREPROCESS_BLOCK_M,
+    _attn_bwd_preprocess_kernel,
+    _check_backward_inputs,
+)
+from course_utils.triton_attention.forward import _bind_cuda_context
+from course_utils.triton_attention.forward_ws import (
     _GL_DTYPES,
     HEAD_DIMS,
     SHARED_LIMIT,
@@ -865,7 +869,7 @@ class FlashAttentionWS(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal=False, softmax_scale=None):
-        from .autograd import _forward
+        from course_utils.triton_attention.autograd import _forward
 
         out, lse = _forward(q, k, v, causal, softmax_scale)
         ctx.save_for_backward(q, k, v, out, lse)
@@ -874,7 +878,7 @@ class FlashAttentionWS(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        from .backward import flash_attention_bwd
+        from course_utils.triton_attention.backward import flash_attention_bwd
 
         q, k, v, out, lse = ctx.saved_tensors
         dout = dout.contiguous()
@@ -894,7 +898,7 @@ def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = to
     count as multiples of 16, as a launch with N a multiple of 128 specializes them."""
     from triton.runtime.jit import mangle_type
 
-    from .targets import compile_for
+    from course_utils.triton_attention.targets import compile_for
 
     if d not in HEAD_DIMS or dtype not in _GL_DTYPES:
         raise ValueError(f"d must be one of {HEAD_DIMS} and dtype float16 or bfloat16")

@@ -27,9 +27,9 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .._validate import softmax_scale_or_default
-from . import INTERPRETER
-from .targets import check_dtype_for, tile_config
+from course_utils._validate import softmax_scale_or_default
+from course_utils.triton_attention import INTERPRETER
+from course_utils.triton_attention.targets import check_dtype_for, tile_config
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)

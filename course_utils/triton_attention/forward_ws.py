@@ -49,8 +49,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .._validate import softmax_scale_or_default
-from .forward import _bind_cuda_context, _check_inputs, output_buffers
+from course_utils._validate import softmax_scale_or_default
+from course_utils.triton_attention.forward import _bind_cuda_context, _check_inputs, output_buffers
 
 # Triton 3.9 renamed the TMA copies (3.6, on the lent H200, has only the old names).
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -596,7 +596,7 @@ def compile_for_sm90(
     Returns targets.Compiled (shared_bytes, n_regs, spill_bytes, ptx, cubin): proof on a CPU
     machine that the kernel builds for Hopper, with its shared memory and registers.
     """
-    from .targets import compile_for
+    from course_utils.triton_attention.targets import compile_for
 
     if d not in HEAD_DIMS or dtype not in _GL_DTYPES:
         raise ValueError(f"d must be one of {HEAD_DIMS} and dtype float16 or bfloat16")

@@ -29,7 +29,7 @@ def test_bad_learners_are_refused_by_name():
     with pytest.raises(SystemExit, match="--learner-backward wants module:function"):
         bench.load_learner("nocolon", "--learner-backward")
     with pytest.raises(SystemExit, match="cannot load it"):
-        bench.load_learner("course_utils.gpt:NoSuchThing", "--learner-backward")
+        bench.load_learner("course_utils.references.gpt:NoSuchThing", "--learner-backward")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's message")
