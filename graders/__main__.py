@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.exit(2, f"error: {exc}\n")
         for path in [*built, *badges]:
             print(f"updated {path.relative_to(root)}")
+        if not built and not badges:
+            print("solutions/ and the Colab badges are up to date with source/ and course.toml")
         for path in released:
             print(f"released {path.relative_to(root)}")
     return 0

@@ -1,7 +1,8 @@
 """nbgrader plumbing shared by the release command, the grader and the tests.
 
 The course directory nbgrader sees is laid out as
-    <root>/solutions/<assignment>/<assignment>.ipynb   source (instructor notebooks)
+    <root>/solutions/<assignment>/<assignment>.ipynb   source (instructor notebooks, built from
+                                                        source/<assignment>.md: notebook_text)
     <root>/notebooks/<assignment>/<assignment>.ipynb   release (student notebooks)
     <root>/submitted/<student>/<assignment>/...         submissions, then autograded/, feedback/
 `root` is the repository for a release, and a working folder for grading.

@@ -146,3 +146,14 @@ def test_settings_reach_nbgrader_and_the_hub():
             '[course]\nname = "x"\nid = "x"\nrepository = "https://github.com/a/b"\n'
             '[grader]\ntimeout = "long"\n'
         )
+
+
+def test_grade_command_defaults_come_from_course_toml(capsys):
+    from graders.__main__ import main
+
+    course = settings.load()
+    with pytest.raises(SystemExit):
+        main(["grade", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"(course.toml: {course.timeout})" in help_text
+    assert f"(course.toml: {course.memory_gb:g})" in help_text
