@@ -21,7 +21,7 @@ time and bwd TFLOP/s = 2.5 * forward FLOPs / time. Output and gradients are chec
 SDPA's before timing.
 
 Writes the table last on stdout, a plot (--plot), the raw numbers as JSON and a markdown section
-(--out), and appends that section to benchmarks/RESULTS.md (--results). Without a CUDA GPU it
+(--out), and appends that section to docs/journal.md (--results). Without a CUDA GPU it
 says so and exits 0.
 """
 
@@ -163,7 +163,9 @@ def learner_autograd(obj, spec: str):
     """f(q, k, v, causal) -> out from a learner's torch.autograd.Function (notebook 08's
     FlashAttentionTriton: forward(ctx, q, k, v, causal, softmax_scale=None)) or a function."""
     if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
-        from course_utils.gpt import resolve_attention  # passes softmax_scale=None if it has one
+        from course_utils.references.gpt import (
+            resolve_attention,  # passes softmax_scale=None if it has one
+        )
 
         return resolve_attention(obj)
     if callable(obj):
@@ -667,8 +669,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     parser.add_argument("--plot", type=Path, help="default: out/attention_fwd.png or _bwd.png")
     parser.add_argument("--out", type=Path, default=HERE / "out", help="folder for JSON, CSV, md")
-    parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
-    parser.add_argument("--no-append", action="store_true", help="leave RESULTS.md alone")
+    parser.add_argument("--results", type=Path, default=HERE.parent / "docs" / "journal.md")
+    parser.add_argument("--no-append", action="store_true", help="leave the journal alone")
     args = parser.parse_args(argv)
     command = "python -m benchmarks.attention " + shlex.join(sys.argv[1:] if argv is None else argv)
 

@@ -5,13 +5,13 @@ the learner track's solution kernels (benchmarks/learner_solutions.py), in one r
     python -m benchmarks.capstone [--contexts 1024 2048 4096 8192 16384] [--steps 10]
                                   [--out DIR] [--no-append]
 
-Throughput: notebook 11's model (course_utils.gpt: 4 layers, 16 heads of d = 64, d_model 1024,
+Throughput: notebook 11's model (references.gpt: 4 layers, 16 heads of d = 64, d_model 1024,
 bf16 weights), batch x context = 16k tokens per step, forward + backward + AdamW step, the mean
 of --steps timed steps after 3 untimed ones (gpt.tokens_per_second). Peak memory: one causal
 attention call, forward + backward, batch 1, 16 heads, d = 64, bf16 (gpt.peak_memory), the bytes
 beyond its inputs. A backend that runs out of memory shows "OOM". Every backend is first
 checked against SDPA on one small causal case (forward and gradients), so a wrong kernel is never
-timed. The markdown table is printed last and, unless --no-append, appended to RESULTS.md.
+timed. The markdown table is printed last and, unless --no-append, appended to docs/journal.md.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def sdpa_backend(name: str):
 def backends() -> dict:
     """name -> attention(q, k, v, causal) for every column of the tables."""
     from benchmarks import learner_solutions
-    from course_utils import gpt
+    from course_utils.references import gpt
 
     return {
         "naive": gpt.resolve_attention("naive"),
@@ -60,7 +60,7 @@ def check(name: str, attention) -> str:
     """'' if attention matches float32 SDPA on a causal (2, 4, 1000, 64) bf16 case (out and the
     three gradients), else what differs."""
     from benchmarks.attention import rel_diff as rel
-    from course_utils import gpt
+    from course_utils.references import gpt
 
     q, k, v = gpt.attention_inputs(2, 4, 1000, 64, torch.bfloat16, "cuda", seed=1)
     dout = torch.randn_like(q)
@@ -83,7 +83,7 @@ def check(name: str, attention) -> str:
 
 def throughput(attention, contexts, steps: int, log) -> list[float | None]:
     """Training tokens/s at each context (None: out of memory)."""
-    from course_utils import gpt
+    from course_utils.references import gpt
 
     vocab = gpt.CharTokenizer(gpt.make_corpus()).vocab_size  # notebook 11's text
     config = gpt.GPTConfig(
@@ -103,7 +103,7 @@ def throughput(attention, contexts, steps: int, log) -> list[float | None]:
 
 
 def peaks(attention, lengths, log) -> list[int | None]:
-    from course_utils import gpt
+    from course_utils.references import gpt
 
     row = []
     for n in lengths:
@@ -135,7 +135,7 @@ def markdown(contexts, tps: dict, lengths, mem: dict, failed: list[str], command
         f"- device: {nvidia_smi('name,driver_version')}; clocks at the end: {nvidia_smi(CLOCKS)}",
         f"- versions: {versions()}",
         f"- command: `{command}`",
-        "- model: course_utils.gpt, 4 layers, 16 heads of d = 64, d_model 1024, bf16 weights, "
+        "- model: references.gpt, 4 layers, 16 heads of d = 64, d_model 1024, bf16 weights, "
         f"AdamW; batch x context = {TOKENS:,} tokens per step",
         "- learner: the learner track's solutions (notebook 06's forward, notebook 08's three "
         "backward kernels), benchmarks/learner_solutions.py",
@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     ap.add_argument("--steps", type=int, default=10, help="timed training steps per point")
     ap.add_argument("--out", default=None, help="folder for capstone.md and the log")
-    ap.add_argument("--no-append", action="store_true", help="do not append to RESULTS.md")
+    ap.add_argument("--no-append", action="store_true", help="do not append to docs/journal.md")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: the capstone's throughput and peak memory are GPU measurements")
@@ -216,7 +216,7 @@ def main(argv=None) -> int:
     if out:
         (out / "capstone.md").write_text(text)
     if not args.no_append:
-        with open(HERE / "RESULTS.md", "a") as f:
+        with open(HERE.parent / "docs" / "journal.md", "a") as f:
             f.write("\n" + text)
     return 1 if failed else 0
 

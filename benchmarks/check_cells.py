@@ -1,7 +1,8 @@
 """How long each graded check cell takes in a real Jupyter kernel, as a learner and a grader see it.
 
 Each instructor notebook in solutions/ runs top to bottom in a fresh IPython kernel (nbclient, as
-`tests/test_notebooks.py` runs them). Every graded test cell is split in two before the run: the
+`tests/notebooks/test_notebooks.py`
+runs them). Every graded test cell is split in two before the run: the
 visible part (what the student's notebook runs when the learner presses Shift-Enter) and the
 hidden tests (what autograding adds), each timed from the kernel's own execute_input and
 execute_reply messages: the wall clock a caller sees, the kernel's queue excluded.

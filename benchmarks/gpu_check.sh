@@ -24,8 +24,8 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 echo "== GPU tests"
 # Several workers: most of the time is Triton compiling kernels, on the CPU.
 workers=$($PY -c 'import xdist' 2>/dev/null && echo "-n 8")
-timeout 300 $PY -m pytest -q -m gpu -p no:cacheprovider $workers tests/test_triton_forward.py \
-    tests/test_triton_backward.py 2>&1 | tee "$OUT/gpu_tests.txt"
+timeout 300 $PY -m pytest -q -m gpu -p no:cacheprovider $workers tests/kernels/test_triton_forward.py \
+    tests/kernels/test_triton_backward.py 2>&1 | tee "$OUT/gpu_tests.txt"
 tests_rc=${PIPESTATUS[0]}
 
 echo "== benchmark"

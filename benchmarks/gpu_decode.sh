@@ -7,7 +7,7 @@
 #
 # Logs land in $OUT (default benchmarks/out); the decode table is appended to $OUT/RESULTS.md.
 # DECODE_ARGS passes options to the table, e.g. DECODE_ARGS="--page-size 64" for the pages on
-# which the few-sequence default takes 64-token tiles (RESULTS.md, "64-token tiles inside large
+# which the few-sequence default takes 64-token tiles (docs/journal.md, "64-token tiles inside large
 # pages").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,8 +22,8 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MPLBACKEN
         torch.__version__, "triton", triton.__version__, "cuDNN", torch.backends.cudnn.version())'
 } 2>&1 | tee "$OUT/env.txt"
 workers=$($PY -c 'import xdist' 2>/dev/null && echo "-n 8")
-timeout 150 $PY -m pytest -q -p no:cacheprovider $workers -rs tests/test_triton_decode.py \
-    tests/test_checks_flash_decoding.py 2>&1 | tail -5 | tee "$OUT/tests.txt"
+timeout 150 $PY -m pytest -q -p no:cacheprovider $workers -rs tests/kernels/test_triton_decode.py \
+    tests/checks/test_checks_flash_decoding.py 2>&1 | tail -5 | tee "$OUT/tests.txt"
 rc=${PIPESTATUS[0]}
 timeout 240 $PY -m benchmarks.decode --graphs --record --results "$OUT/RESULTS.md" \
     ${DECODE_ARGS:-} > "$OUT/decode.txt" 2>&1 || rc=1

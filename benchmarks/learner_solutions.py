@@ -132,7 +132,7 @@ class LearnerTrack(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         """dout: (B, H, N_q, d) -> (dq, dk, dv, None, None), by 08's three kernels."""
-        from course_utils.triton_attention.learner_backward import learner_backward
+        from course_utils.harness.triton_learner_backward import learner_backward
 
         mod = load("08_triton_backward")
         q, k, v, out, lse = ctx.saved_tensors

@@ -7,7 +7,7 @@
     python -m benchmarks.ring --cpu-gloo            # the same code on CPU processes (smoke test)
 
 For each sequence length N (bf16, batch 1, 16 heads, d = 128, causal unless --no-causal) every
-rank holds its zig-zag shard of N/P tokens and runs course_utils.ring_attention.ring_attention_rank
+rank holds its zig-zag shard of N/P tokens and runs references.ring_attention.ring_attention_rank
 with course_utils.triton_attention.flash_attention_fwd as local attention. Measured (median of
 --iters runs after a warm-up, each run timed between two barriers, the slowest rank's time):
 
@@ -40,8 +40,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from course_utils.ring_attention import ring_attention_rank
-from course_utils.ring_comm import RingComm, local_attention, shard, shard_sizes, unshard
+from course_utils.harness.ring_comm import RingComm, local_attention, shard, shard_sizes, unshard
+from course_utils.references.ring_attention import ring_attention_rank
 
 HEADS, D = 16, 128
 

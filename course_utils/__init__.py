@@ -12,13 +12,13 @@ One idea per module:
 Everything except GPU timing runs on a CPU-only machine.
 """
 
-from .attention import (
+from course_utils.references.attention import (
     attention_reference,
     flash_attention_forward,
     split_kv_decode,
     split_kv_partials,
 )
-from .backward import (
+from course_utils.references.backward import (
     attention_backward_flops,
     attention_backward_reference,
     flash_attention_backward,
@@ -27,7 +27,7 @@ from .backward import (
     saved_tensor_bytes,
     softmax_backward,
 )
-from .memory import (
+from course_utils.references.memory import (
     CountingMemory,
     OnChipMemoryError,
     causal_flash_attention_traffic,
@@ -38,7 +38,7 @@ from .memory import (
     flash_attention_traffic,
     standard_attention_traffic,
 )
-from .roofline import (
+from course_utils.references.roofline import (
     A100,
     H100_SXM,
     H200,
@@ -51,7 +51,11 @@ from .roofline import (
     max_tile_rows,
     time_lower_bounds,
 )
-from .softmax import merge_partials, online_softmax_stats, online_softmax_steps
+from course_utils.references.softmax import (
+    merge_partials,
+    online_softmax_stats,
+    online_softmax_steps,
+)
 
 __all__ = [
     "attention_backward_flops",
@@ -93,6 +97,6 @@ __all__ = [
 __version__ = "0.1.0"
 
 # In a notebook, an answer not written yet stops with one line naming it (student_errors).
-from . import student_errors as _student_errors  # noqa: E402
+from course_utils import student_errors as _student_errors  # noqa: E402
 
 _student_errors.install()

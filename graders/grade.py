@@ -41,10 +41,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .intake.submissions import Submission, attach_submission_info, discover
-from .run import cluster, pipeline
-from .run.template import cached_template, release_hash
-from .run.worker import result_path, sha256
+from graders.intake.submissions import Submission, attach_submission_info, discover
+from graders.run import cluster, pipeline
+from graders.run.template import cached_template, release_hash
+from graders.run.worker import result_path, sha256
 
 DEFAULT_MEMORY_GB = 6.0
 MISSING = "missing"  # the status of a rostered student's assignment with no submission
@@ -96,8 +96,8 @@ def grade(
     exports: LMS files to write too ("canvas", "moodle": graders.outputs.exports), with the
     students' LMS identifiers from the `roster` CSV.
     """
-    from .isolation import sandbox as _sandbox
-    from .outputs import exports as _exports
+    from graders.isolation import sandbox as _sandbox
+    from graders.outputs import exports as _exports
 
     kinds = _exports.parse_kinds(exports)
     people = _exports.read_roster(roster) if roster is not None else None
@@ -194,13 +194,13 @@ def grade(
     written_from = [results, problems, wanted, max_score, str(course), gradebook]
     digest = _outputs_digest(out, written_from)
     if digest is not None:  # None: the grades and report on disk are these results' already
-        from .outputs.report import write_outputs
+        from graders.outputs.report import write_outputs
 
         write_outputs(results, problems, out, wanted, max_score)
         (out / ".cache" / "outputs.sha256").write_text(digest)
     final = None
     if course is not None:
-        from .outputs import gradebook as _gradebook
+        from graders.outputs import gradebook as _gradebook
 
         if digest is not None:  # (else these very results are in the gradebook already)
             handed_in = [r for r in results if r["status"] != MISSING]

@@ -1,4 +1,4 @@
-"""A class rehearsed on a real JupyterHub, for tests/test_hub.py and benchmarks/hub_class.py:
+"""A class rehearsed on a real JupyterHub, for tests/hub/test_hub.py and benchmarks/hub_class.py:
 system users made for the run (prefixed names, removed at the end, existing users never touched),
 hub/launch.py's hub on loopback, the instructor's steps run as the instructor's own user, and the
 hub's REST API.
@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from . import launch
+from hub import launch
 
 PASSWORD_BYTES = 12
 # the environment's python by its real path: the grader's sandbox hides the repository, so a

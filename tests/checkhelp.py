@@ -41,7 +41,7 @@ def slug_of(failure: CheckFailure) -> str | None:
 
 
 # Debian's Chromium as root on a closed network: without the background-networking flags its
-# connections are refused many at a time (tests/test_browser.py, tests/test_hub.py)
+# connections are refused many at a time (tests/browser/test_browser.py, tests/hub/test_hub.py)
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._array_libraries import array_libraries_used
+from course_utils.checks._array_libraries import array_libraries_used
 
 
 class CheckFailure(AssertionError):
@@ -667,7 +667,7 @@ _INFRASTRUCTURE = (
     "course_utils.checks._remote",
     "course_utils.checks._wire",
     "course_utils._validate",
-    "course_utils.triton_attention.bounds",
+    "course_utils.harness.triton_bounds",
 )
 
 # Where the libraries live: frames of these files are neither the course's nor the learner's.
@@ -1876,7 +1876,7 @@ class Question:
 
     label: short name in feedback.  prompt: the question (markdown).  variable: the name the
     learner sets in the answer cell.  pick: how many options to choose (1: a single choice).
-    The notebook shows `markdown()`; tests/test_concepts.py checks that it does.
+    The notebook shows `markdown()`; tests/checks/test_concepts.py checks that it does.
     """
 
     label: str

@@ -18,8 +18,8 @@ import importlib
 import inspect
 from pathlib import Path
 
-from . import _wire
-from ._core import CheckFailure, _LearnerRaised, instrumented_call, pick_output
+from course_utils.checks import _wire
+from course_utils.checks._core import CheckFailure, _LearnerRaised, instrumented_call, pick_output
 
 
 def _namespace() -> dict:

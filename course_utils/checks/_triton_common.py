@@ -24,7 +24,7 @@ import re
 
 import numpy as np
 
-from ._core import (
+from course_utils.checks._core import (
     CheckFailure,
     Mistake,
     _LearnerRaised,
@@ -44,7 +44,7 @@ DOT_DTYPE = Mistake(
 
 
 def _on_gpu() -> bool:
-    from ..triton_attention import INTERPRETER
+    from course_utils.triton_attention import INTERPRETER
 
     return not INTERPRETER
 

@@ -49,10 +49,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..attention import attention_reference
-from ..backward import attention_backward_reference, softmax_backward
-from ..softmax import NEG_INF
-from ._core import (
+from course_utils.checks._core import (
     MUTATES_INPUT,
     TILE_READS,
     Case,
@@ -69,7 +66,10 @@ from ._core import (
     run_cases,
     tile_rule,
 )
-from ._core import hinted_answer as _hinted
+from course_utils.checks._core import hinted_answer as _hinted
+from course_utils.references.attention import attention_reference
+from course_utils.references.backward import attention_backward_reference, softmax_backward
+from course_utils.references.softmax import NEG_INF
 
 __all__ = [
     "BACKWARD_MISTAKES",

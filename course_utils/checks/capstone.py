@@ -2,7 +2,7 @@
 
     check_attention_block(fn)        fn(x, w_qkv, w_out, n_heads, attention) -> (B, N, d_model):
                                      split into heads, causal attention by `attention`, heads
-                                     merged back, w_out; against course_utils.gpt.attention_block
+                                     merged back, w_out; against references.gpt.attention_block
                                      in float64 (attention "naive", "sdpa" and check_backend,
                                      the check's own, whose output differs: the block must
                                      call what it is given, on (B, H, N, d), causal=True)
@@ -16,7 +16,7 @@
 The learner's function is called with torch tensors (float64, so that a wrong merge of the heads
 is far outside rounding) and a backend: a NAME, or check_backend, the check's own function
 (sent to a graded kernel by name, _wire.travels). The learner's code turns it into a function with
-course_utils.gpt.resolve_attention, which the check allows (with the backends it returns). Every
+references.gpt.resolve_attention, which the check allows (with the backends it returns). Every
 verdict comes from the values the block returns: a mistake is named when its replay, run here,
 gives the learner's output on the failing case.
 """
@@ -27,8 +27,8 @@ import math
 
 import numpy as np
 
-from ._core import Case, Mistake, hinted_answer, run_cases
-from ._wire import travels
+from course_utils.checks._core import Case, Mistake, hinted_answer, run_cases
+from course_utils.checks._wire import travels
 
 __all__ = [
     "BLOCK_MISTAKES",
@@ -329,14 +329,14 @@ _DTYPES = {2: "bfloat16", 4: "float32", 8: "float64"}
 def _measured_naive(B, H, N, d, e) -> int:
     """Bytes autograd keeps for naive attention, measured with saved_tensors_hooks."""
     torch = _torch()
-    from ..gpt import measured_saved_bytes
+    from course_utils.references.gpt import measured_saved_bytes
 
     return measured_saved_bytes("naive", B, H, N, d, getattr(torch, _DTYPES[e]))
 
 
 def _saved_reference(B, H, N, d, e):
     # naive: measured on real tensors; flash: the course kernel's formula (q, k, v, out, lse),
-    # which tests/test_gpt.py measures on the kernel itself with the same hooks
+    # which tests/references/test_gpt.py measures on the kernel itself with the same hooks
     return _measured_naive(B, H, N, d, e), 4 * N * d * B * H * e + 4 * B * H * N
 
 

@@ -12,12 +12,12 @@ comes back, so the class report counts how many students hold it:
 
 A notebook shows `QUESTIONS[name].markdown()` in a markdown cell, has an answer cell that sets
 the question's variable, and a graded test cell `check_concept(name, variable)`;
-tests/test_concepts.py checks all three for every question.
+tests/checks/test_concepts.py checks all three for every question.
 """
 
 from __future__ import annotations
 
-from ._core import CheckFailure, Option, Question, check_choice
+from course_utils.checks._core import CheckFailure, Option, Question, check_choice
 
 _APPROX = "approximates-attention"
 _FLOPS = "reduces-flops"

@@ -1,11 +1,11 @@
 """Checks for notebook 09, flash-decoding over a paged KV cache.
 
     check_attend_chunk(attend_chunk)     the learner's @triton.jit chunk loop, launched in
-                                         course_utils.triton_attention.decode_learner's skeleton;
+                                         course_utils.harness.decode_learner's skeleton;
                                          each chunk's (out, lse) against float64 attention over
                                          the chunk's tokens (course_utils.attention_reference)
     check_merge_splits(merge_splits)     merge_splits(out_partial, lse_partial) -> (out, lse),
-                                         against the float64 lse merge of course_utils.softmax
+                                         against the float64 lse merge of references.softmax
     check_quick_programs(answer)         programs of the partials grid: batch 8, 32 query heads,
                                          8 KV heads, num_splits 4
     check_quick_kv_bytes(answer)         bytes of K and V one decode step reads: batch 1, 8 KV
@@ -36,9 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..attention import attention_reference
-from ..softmax import merge_partials
-from ._core import (
+from course_utils.checks._core import (
     CheckFailure,
     Mistake,
     _LearnerRaised,
@@ -47,14 +45,16 @@ from ._core import (
     describe,
     mismatch_lines,
 )
-from ._core import hinted_answer as _hinted
-from ._triton_common import _dtype_hint
-from .triton_kernel import (
+from course_utils.checks._core import hinted_answer as _hinted
+from course_utils.checks._triton_common import _dtype_hint
+from course_utils.checks.triton_kernel import (
     HALF_STATE_EXPLANATION,
     HALF_STATE_TITLE,
     _nothing_on_stderr,
     _raised_failure,
 )
+from course_utils.references.attention import attention_reference
+from course_utils.references.softmax import merge_partials
 
 __all__ = [
     "CHUNK_LSE_MISTAKES",
@@ -547,10 +547,10 @@ def _chunk_cases(seed, trials, on_gpu: bool) -> list[DecodeCase]:
 
 def _chunk_runner(attend_chunk):
     """run_learner_partials with attend_chunk bound, wherever the learner's function lives."""
-    path = "course_utils.triton_attention.decode_learner:run_learner_partials"
+    path = "course_utils.harness.decode_learner:run_learner_partials"
     if hasattr(attend_chunk, "bound_into"):  # the grader's handle on the notebook's function
         return attend_chunk.bound_into(path)
-    from ..triton_attention.decode_learner import run_learner_partials
+    from course_utils.harness.decode_learner import run_learner_partials
 
     def launch(q, k_cache, v_cache, block_table, seq_lens, softmax_scale, num_splits):
         return run_learner_partials(
@@ -593,8 +593,8 @@ def check_attend_chunk(attend_chunk: Callable, seed: int | None = 0, trials: int
 
 
 def _check_attend_chunk(name, attend_chunk, seed, trials) -> tuple[int, int, bool]:
-    from ..triton_attention import INTERPRETER
-    from ..triton_attention.learner import check_learner_function
+    from course_utils.harness.triton_learner import check_learner_function
+    from course_utils.triton_attention import INTERPRETER
 
     runner = _chunk_runner(attend_chunk)
     if not hasattr(runner, "__course_call__"):
@@ -675,7 +675,7 @@ def _chunk_raised(name, case, exc) -> CheckFailure:
 
 # ---- exercise 2: merge_splits --------------------------------------------------------------------
 def _merge_reference(out_partial, lse_partial):
-    """The lse merge in float64, split after split with course_utils.softmax.merge_partials."""
+    """The lse merge in float64, split after split with references.softmax.merge_partials."""
     out = np.zeros(out_partial.shape[:2] + out_partial.shape[3:])
     lse = np.full(lse_partial.shape[:2], -np.inf)
     for s in range(lse_partial.shape[2]):

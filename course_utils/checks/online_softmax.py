@@ -34,8 +34,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
-from ..softmax import online_softmax_stats
-from ._core import (
+from course_utils.checks._core import (
     LOW_PRECISION_MISTAKE,
     NAN_MISTAKE,
     TILE_READS,
@@ -47,6 +46,7 @@ from ._core import (
     single_pass_rule,
     tile_rule,
 )
+from course_utils.references.softmax import online_softmax_stats
 
 NEG_INF = -np.inf
 

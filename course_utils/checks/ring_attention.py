@@ -1,19 +1,19 @@
 """Checks of notebook 10 (ring attention): ring_plan, merge_partials (torch), ring_attention_rank.
 
 ring_plan(rank, step, P, causal) -> (src, send_to, recv_from, pairs) is pure: compared with
-course_utils.ring_attention.ring_plan on every (rank, step) of rings of 1 to 5 ranks.
+course_utils.references.ring_attention.ring_plan on every (rank, step) of rings of 1 to 5 ranks.
 
 merge_partials(o1, lse1, o2, lse2) on torch tensors is notebook 02's merge: compared with the
 float64 NumPy merge; notebook 02's buggy merges name the mistakes.
 
-ring_attention_rank runs for real: course_utils.ring_comm.run_learner_ring starts P gloo processes
+ring_attention_rank runs for real: harness.ring_comm.run_learner_ring starts P gloo processes
 (fork) in the learner's kernel, each running the learner's function on its zig-zag shard, and
 sends back plain arrays: the outputs in sequence order, the bytes each rank passed to isend, and
 the share of each rank's receives that had a local attention call between post and wait. Here
 they are compared with full attention on the concatenated sequence, with ring_bytes_sent (the
 formula of the notebook), and with 1.0 (every transfer overlapped). A mistake is named when a
 sequential replay of the ring with that one bug (run here, no processes) gives the same arrays.
-Each rank runs under the rank guard (course_utils.ring_guard): a course call inside a rank is
+Each rank runs under the rank guard (harness.ring_guard): a course call inside a rank is
 calls-reference; data exchanged around comm (a collective, a file, a queue), local attention on
 a block the rank does not hold, or a right output that its local_attn results do not give end the
 rank with a RingMistake, said here as a named failure (_ring_verdict); so does gloo's abort on a
@@ -26,12 +26,9 @@ import functools
 
 import numpy as np
 
-from .. import attention_reference
-from .. import merge_partials as _np_merge
-from ..ring_attention import CAUSAL, FULL, SKIP, ring_bytes_sent
-from ..ring_attention import ring_plan as _reference_plan
-from ..ring_comm import shard_sizes, zigzag_bounds
-from ._core import (
+from course_utils import attention_reference
+from course_utils import merge_partials as _np_merge
+from course_utils.checks._core import (
     LOW_PRECISION_MISTAKE,
     NAN_MISTAKE,
     Case,
@@ -40,7 +37,10 @@ from ._core import (
     hinted_answer,
     run_cases,
 )
-from .merge import MERGE_MISTAKES
+from course_utils.checks.merge_partials import MERGE_MISTAKES
+from course_utils.harness.ring_comm import shard_sizes, zigzag_bounds
+from course_utils.references.ring_attention import CAUSAL, FULL, SKIP, ring_bytes_sent
+from course_utils.references.ring_attention import ring_plan as _reference_plan
 
 NEG_INF = -np.inf
 
@@ -536,8 +536,8 @@ def _rank_cases() -> list[Case]:
 def learner_ring_runner(rank_fn):
     """The runner with the learner's rank function bound, wherever that function lives."""
     if hasattr(rank_fn, "bound_into"):  # a grader's handle: the ranks start in the kernel
-        return rank_fn.bound_into("course_utils.ring_comm:run_learner_ring")
-    from ..ring_comm import run_learner_ring
+        return rank_fn.bound_into("course_utils.harness.ring_comm:run_learner_ring")
+    from course_utils.harness.ring_comm import run_learner_ring
 
     return functools.partial(run_learner_ring, rank_fn)
 
@@ -571,7 +571,7 @@ _RAISED = "raised RingMistake: "
 
 
 def _ring_verdict(name: str, text: str) -> str:
-    """A rank guard's verdict (course_utils.ring_guard) said as a named failure, not as a raise.
+    """A rank guard's verdict (harness.ring_guard) said as a named failure, not as a raise.
 
     The runner ends a rank that breaks a rule of the ring with RingMistake, whose message names
     the mistake; run_cases reports it as `raised RingMistake: ... on <case>`.

@@ -29,11 +29,11 @@ import math
 
 import numpy as np
 
-from .. import attention_reference
-from .. import split_kv_partials as _reference_partials
-from ..roofline import H100_SXM
-from ..widgets.sm_fill import sm_fill_state
-from ._core import NAN_MISTAKE, Case, Mistake, Rule, hinted_answer, run_cases
+from course_utils import attention_reference
+from course_utils import split_kv_partials as _reference_partials
+from course_utils.checks._core import NAN_MISTAKE, Case, Mistake, Rule, hinted_answer, run_cases
+from course_utils.references.roofline import H100_SXM
+from course_utils.widgets.sm_fill import sm_fill_state
 
 NEG_INF = -np.inf
 LN = np.log

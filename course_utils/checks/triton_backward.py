@@ -9,7 +9,7 @@
 Exercise 4, the learner's torch.autograd.Function, is checked by triton_backward_function, over
 the cases, references and runner of this module.
 
-Where things run. Each kernel is launched by course_utils.triton_attention.learner_backward
+Where things run. Each kernel is launched by course_utils.harness.triton_learner_backward
 (run_learner_*), through call_learner: in the learner's kernel when a submission is graded, so
 only tensors (and a count of tl.dot) come back. Everything else happens here, in the caller's
 process: the float64 references (torch autograd of naive attention) and the float64 replays of
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._core import (
+from course_utils.checks._core import (
     CheckFailure,
     Mistake,
     _LearnerRaised,
@@ -43,8 +43,8 @@ from ._core import (
     closest_mistake,
     mismatch_lines,
 )
-from ._core import hinted_answer as _hinted
-from .triton_kernel import _nothing_on_stderr, _raised_failure, _rel_err
+from course_utils.checks._core import hinted_answer as _hinted
+from course_utils.checks.triton_kernel import _nothing_on_stderr, _raised_failure, _rel_err
 
 __all__ = [
     "DKDV_MISTAKES",
@@ -61,7 +61,7 @@ __all__ = [
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
-_RUNNERS = "course_utils.triton_attention.learner_backward"
+_RUNNERS = "course_utils.harness.triton_learner_backward"
 PREPROCESS_BLOCK_M = 32  # the launcher's rows per program of the preprocess kernel
 
 
@@ -375,7 +375,7 @@ class BwdCase:
 
 
 def _on_gpu() -> bool:
-    from ..triton_attention import INTERPRETER
+    from course_utils.triton_attention import INTERPRETER
 
     return not INTERPRETER
 
@@ -529,7 +529,7 @@ def _runner(kernel, run_name: str):
         return kernel.bound_into(f"{_RUNNERS}:{run_name}")
 
     def launch(*args):
-        from ..triton_attention import learner_backward
+        from course_utils.harness import triton_learner_backward as learner_backward
 
         return getattr(learner_backward, run_name)(kernel, *args)
 

@@ -21,7 +21,7 @@ What it certifies, case by case, in this order (the first broken rule is the fai
                          causal-not-passed)
 
 The Function runs in the learner's process through
-course_utils.triton_attention.learner_backward.run_learner_function, which reports plain data:
+course_utils.harness.triton_learner_backward.run_learner_function, which reports plain data:
 the saved tensors, the kernels each backward launched (names only), the first N_q x N_k tensor a
 torch operation created during the backward, what backward returned, and the gradients. The
 judging happens here.
@@ -35,7 +35,7 @@ import math
 
 import numpy as np
 
-from ._core import (
+from course_utils.checks._core import (
     CheckFailure,
     Mistake,
     describe,
@@ -43,7 +43,7 @@ from ._core import (
     misconception_slug,
     worst_row,
 )
-from .triton_backward import (
+from course_utils.checks.triton_backward import (
     _RUNNERS,
     BwdCase,
     _call,
@@ -349,7 +349,7 @@ def _runner(function):
         return function.bound_into(f"{_RUNNERS}:run_learner_function")
 
     def launch(*args):
-        from ..triton_attention.learner_backward import run_learner_function
+        from course_utils.harness.triton_learner_backward import run_learner_function
 
         return run_learner_function(function, *args)
 

@@ -3,7 +3,7 @@
     check_attention_fwd(fn)          the learner's attention_fwd(q, k, v, causal=False,
                                      softmax_scale=None) -> (out, lse) and the kernel it launches
 
-The check calls the learner's attention_fwd through course_utils.triton_attention.puzzles.
+The check calls the learner's attention_fwd through course_utils.harness.triton_puzzles.
 run_attention_fwd (in the notebook's kernel when a submission is graded; only tensors travel
 back) in stages (FORWARD_STAGES: one tile, batches and heads, ragged N, a strided layout,
 N_q != N_k, head dims, causal, the causal loop's bound, dtypes, no keys, random shapes, the
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._core import CheckFailure, Mistake, _LearnerRaised, mismatch_lines
-from ._triton_common import (
+from course_utils.checks._core import CheckFailure, Mistake, _LearnerRaised, mismatch_lines
+from course_utils.checks._triton_common import (
     _as_numpy,
     _dtype_hint,
     _error,
@@ -49,7 +49,7 @@ from ._triton_common import (
     _rules_line,
     _stage_line,
 )
-from .triton_kernel import (
+from course_utils.checks.triton_kernel import (
     HALF_STATE_EXPLANATION,
     HALF_STATE_TITLE,
     KERNEL_LSE_MISTAKES,
@@ -62,7 +62,7 @@ from .triton_kernel import (
     _reference_attention,
     emulate_kernel,
 )
-from .triton_loads import (
+from course_utils.checks.triton_loads import (
     broken,
     inside_rule,
     launches_rule,
@@ -481,7 +481,7 @@ class _TorchAttentionMath:
 def _computes_with_torch(name, attention_fwd, launch_args) -> bool:
     """Whether the learner's attention_fwd, run once more on the case, calls torch's attention
     math; False where this process cannot see (a grader's handle on a notebook's kernel)."""
-    from ..triton_attention.puzzles import run_attention_fwd
+    from course_utils.harness.triton_puzzles import run_attention_fwd
 
     if hasattr(attention_fwd, "bound_into"):
         return False
@@ -524,7 +524,7 @@ def _shape_failure(name, stages, case, out, lse, dtype) -> str | None:
 def _bf16_diagnose(name, attention_fwd, launch_args, expected, tols) -> Mistake | None:
     """BF16_IN_INTERPRETER when the learner's attention_fwd is right on the same bfloat16 case
     run in float32 (the interpreter computes bfloat16 wrong): the launcher did not upcast."""
-    from ..triton_attention.puzzles import run_attention_fwd
+    from course_utils.harness.triton_puzzles import run_attention_fwd
 
     q, k, v, *rest = launch_args
     try:
@@ -567,7 +567,7 @@ def check_attention_fwd(attention_fwd: Callable, seed: int | None = 0, trials: i
 def _check_attention_fwd(name, attention_fwd, seed, trials) -> tuple[int, bool]:
     import torch
 
-    from ..triton_attention.puzzles import run_attention_fwd
+    from course_utils.harness.triton_puzzles import run_attention_fwd
 
     on_gpu = _on_gpu()
     device = "cuda" if on_gpu else "cpu"

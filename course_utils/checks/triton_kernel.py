@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._core import (
+from course_utils.checks._core import (
     Case,
     CheckFailure,
     Mistake,
@@ -53,8 +53,8 @@ from ._core import (
     mismatch_lines,
     run_cases,
 )
-from ._core import hinted_answer as _hinted
-from .interpreter_limits import interpreter_limit
+from course_utils.checks._core import hinted_answer as _hinted
+from course_utils.checks.interpreter_limits import interpreter_limit
 
 __all__ = [
     "KERNEL_LSE_MISTAKES",
@@ -681,7 +681,7 @@ def _raised_failure(name, case, exc, dot_hint: str | None = None) -> CheckFailur
     dot_hint: the cast that fixes tl.dot's operands of two dtypes in this kernel (default the
     forward's, `tl.dot(p.to(v.dtype), v)`).
 
-    A load or store outside the launch's tensors (course_utils.triton_attention.bounds'
+    A load or store outside the launch's tensors (course_utils.harness.triton_bounds'
     OutOfBoundsError, or its message when it comes from a notebook's kernel while a submission
     is graded) is the failure itself: its message names the tensor, the program, the elements
     and the mask, and its `[misconception: ...]` tag the mistake (store-unmasked,
@@ -779,7 +779,7 @@ def check_attention_kernel(
 ) -> None:
     """Check the learner's online_softmax_step and finalize_rows in the skeleton's kernel.
 
-    Runs course_utils.triton_attention.learner.learner_attention(step, finalize, ...) into NaN-
+    Runs course_utils.harness.triton_learner.learner_attention(step, finalize, ...) into NaN-
     filled outputs and compares out and lse with float64 attention: relative error below 1e-5 in
     float32 and 2e-3 in float16 in the interpreter, below 1e-2 in float16 and bfloat16 on a GPU.
 
@@ -810,7 +810,7 @@ def _check_attention_kernel(name, step, finalize, seed, trials) -> tuple[int, bo
     """
     import torch
 
-    from ..triton_attention.learner import (
+    from course_utils.harness.triton_learner import (
         INTERPRETER,
         check_learner_function,
         run_learner_attention,

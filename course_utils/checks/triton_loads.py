@@ -2,7 +2,7 @@
 
 A wrong load often leaves the output right: a row of `a` past M read without a mask only lands
 in a row of c that is never stored, and a second pass over K gives the same numbers as one. The
-runners of course_utils.triton_attention.puzzles record, in the interpreter, which elements of
+runners of course_utils.harness.triton_puzzles record, in the interpreter, which elements of
 each input every program loads (triton_attention.load_log: a _core.LoadLog per program and
 input, and the lanes read outside the input's view); these rules read that summary once the
 values are right, each a _core.Rule whose judge sees the summary as a CallReport:
@@ -21,7 +21,7 @@ these rules were checked in the interpreter only.
 
 from __future__ import annotations
 
-from ._core import (
+from course_utils.checks._core import (
     CallReport,
     Case,
     LoadLog,

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._core import CheckFailure, Mistake, _LearnerRaised, describe, worst_row
-from ._triton_common import (
+from course_utils.checks._core import CheckFailure, Mistake, _LearnerRaised, describe, worst_row
+from course_utils.checks._triton_common import (
     _as_numpy,
     _dtype_hint,
     _error,
@@ -48,8 +48,8 @@ from ._triton_common import (
 )
 
 # Older released notebooks import the forward's check from here (it lives in triton_forward)
-from .triton_forward import check_attention_fwd  # noqa: F401
-from .triton_kernel import (
+from course_utils.checks.triton_forward import check_attention_fwd  # noqa: F401
+from course_utils.checks.triton_kernel import (
     HALF_STATE_EXPLANATION,
     HALF_STATE_TITLE,
     KERNEL_OUT_MISTAKES,
@@ -60,7 +60,7 @@ from .triton_kernel import (
     _reference_attention,
     emulate_kernel,
 )
-from .triton_loads import broken, inside_rule, once_rule, rule_case
+from course_utils.checks.triton_loads import broken, inside_rule, once_rule, rule_case
 
 __all__ = [
     "MATMUL_MISTAKES",
@@ -91,7 +91,7 @@ class Puzzle:
     the mistakes (each an emulation of the buffer the kernel with that bug writes)."""
 
     name: str
-    run: Callable  # the runner of course_utils.triton_attention.puzzles
+    run: Callable  # the runner of course_utils.harness.triton_puzzles
     inputs: Callable  # (case, torch, device) -> (runner args after the kernel, numpy inputs)
     expected: Callable  # (case, numpy inputs) -> the expected output buffer
     mistakes: list  # Mistakes whose fn(case, numpy inputs) gives the buggy buffer
@@ -365,7 +365,7 @@ def check_scale_tile(kernel, seed: int | None = 0, trials: int = 2) -> None:
     """Check puzzle 1: scale_tile_kernel(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y,
     alpha, BLOCK_R, BLOCK_C) writes y = alpha * x, grid (cdiv(n_rows, BLOCK_R),
     cdiv(n_cols, BLOCK_C)), and nothing outside the (n_rows, n_cols) matrix."""
-    from ..triton_attention.puzzles import run_scale_tile
+    from course_utils.harness.triton_puzzles import run_scale_tile
 
     puzzle = dataclasses.replace(SCALE_TILE, run=run_scale_tile)
     _check(puzzle, kernel, _scale_cases(seed, trials))
@@ -519,7 +519,7 @@ def _softmax_reference(x):
 def check_softmax_rows(kernel, seed: int | None = 0, trials: int = 2) -> None:
     """Check puzzle 2: softmax_rows_kernel(x_ptr, y_ptr, n_cols, stride_x, stride_y, BLOCK)
     writes y[r] = softmax(x[r]), one program per row, BLOCK = next_power_of_2(n_cols)."""
-    from ..triton_attention.puzzles import run_softmax_rows
+    from course_utils.harness.triton_puzzles import run_softmax_rows
 
     puzzle = dataclasses.replace(SOFTMAX_ROWS, run=run_softmax_rows)
     _check(puzzle, kernel, _softmax_cases(seed, trials))
@@ -663,7 +663,7 @@ def check_matmul(kernel, seed: int | None = 0, trials: int = 1) -> None:
     """Check puzzle 3: matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk,
     stride_cm, BLOCK_M, BLOCK_N, BLOCK_K) writes c = a @ b (a float16 (M, K), b float16 (K, N),
     c float32 (M, N)), grid (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))."""
-    from ..triton_attention.puzzles import run_matmul
+    from course_utils.harness.triton_puzzles import run_matmul
 
     puzzle = dataclasses.replace(MATMUL, run=run_matmul)
     _check(puzzle, kernel, _matmul_cases(seed, trials))
@@ -831,7 +831,7 @@ def check_row_block(kernel, seed: int | None = 0, trials: int = 1) -> None:
     out = softmax(q k^T / sqrt(d)) v for one (BLOCK_M, HEAD_DIM) query tile, float32. Its last
     case (ROW_BLOCK_STATE_CASE) is exact in float32 up to the final division: to 1e-5, it refuses
     a running max, sum or accumulator kept in float16."""
-    from ..triton_attention.puzzles import run_row_block
+    from course_utils.harness.triton_puzzles import run_row_block
 
     puzzle = dataclasses.replace(ROW_BLOCK, run=run_row_block)
     _check(puzzle, kernel, _row_block_cases(seed, trials))

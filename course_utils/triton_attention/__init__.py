@@ -47,13 +47,13 @@ if INTERPRETER and not COMPILE_ONLY and os.environ.get("TRITON_INTERPRET") != "1
         )
     os.environ["TRITON_INTERPRET"] = "1"
 
-from .autograd import FlashAttentionFunction, flash_attention  # noqa: E402
-from .backward import flash_attention_bwd  # noqa: E402
-from .decode import choose_num_splits, flash_decode  # noqa: E402
-from .forward import flash_attention_fwd, launch_flash_attention_fwd  # noqa: E402
+from course_utils.triton_attention.autograd import FlashAttentionFunction, flash_attention  # noqa: E402
+from course_utils.triton_attention.backward import flash_attention_bwd  # noqa: E402
+from course_utils.triton_attention.decode import choose_num_splits, flash_decode  # noqa: E402
+from course_utils.triton_attention.forward import flash_attention_fwd, launch_flash_attention_fwd  # noqa: E402
 
 if os.environ.get("TRITON_INTERPRET") == "1" and not COMPILE_ONLY:
-    from .bounds import install as _install_bounds_checks
+    from course_utils.harness.triton_bounds import install as _install_bounds_checks
 
     _install_bounds_checks()  # a stray tl.load or tl.store raises instead of writing anywhere
 

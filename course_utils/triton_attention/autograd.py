@@ -11,9 +11,9 @@ import functools
 
 import torch
 
-from . import INTERPRETER
-from .backward import flash_attention_bwd
-from .forward import _check_inputs, launch_flash_attention_fwd
+from course_utils.triton_attention import INTERPRETER
+from course_utils.triton_attention.backward import flash_attention_bwd
+from course_utils.triton_attention.forward import _check_inputs, launch_flash_attention_fwd
 
 
 def _forward(q, k, v, causal, softmax_scale):
@@ -31,7 +31,7 @@ def _gluon_forward():
     """The forward_ws module, or None where this Triton has no Gluon Hopper API to import (the
     course allows triton >= 3.1; forward_ws.supported refuses the versions it was not built on)."""
     try:
-        from . import forward_ws
+        from course_utils.triton_attention import forward_ws
     except ImportError:
         return None
     return forward_ws
@@ -41,7 +41,7 @@ def _gluon_forward():
 def _gluon_backward():
     """The backward_ws module, or None where this Triton has no Gluon Hopper API to import."""
     try:
-        from . import backward_ws
+        from course_utils.triton_attention import backward_ws
     except ImportError:
         return None
     return backward_ws

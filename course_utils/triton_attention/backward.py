@@ -39,10 +39,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .._validate import softmax_scale_or_default
-from . import INTERPRETER
-from .forward import LOG2E, _check_inputs
-from .targets import check_dtype_for, tile_config
+from course_utils._validate import softmax_scale_or_default
+from course_utils.triton_attention import INTERPRETER
+from course_utils.triton_attention.forward import LOG2E, _check_inputs
+from course_utils.triton_attention.targets import check_dtype_for, tile_config
 
 
 @triton.jit

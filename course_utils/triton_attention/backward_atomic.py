@@ -19,7 +19,7 @@ the end, and a sum whose order is not fixed (dQ may differ between two runs in i
     FlashAttentionTmaDQ      the same with tma=True
 
 A benchmark variant (issue 19), not the kernel the notebooks teach, and measured slower than the
-course backward on an H200 (benchmarks/RESULTS.md, "Backward variants"): thread atomics at 0.91 of
+course backward on an H200 (docs/journal.md, "Backward variants"): thread atomics at 0.91 of
 it, TMA reduce-adds at 0.96 (geometric means over 12 points), so the autograd function keeps the
 three kernels.
 """
@@ -33,9 +33,9 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .._validate import softmax_scale_or_default
-from . import INTERPRETER
-from .backward import (
+from course_utils._validate import softmax_scale_or_default
+from course_utils.triton_attention import INTERPRETER
+from course_utils.triton_attention.backward import (
     DKDV_FAMILIES,
     INTERPRETER_DKDV_CONFIG,
     PREPROCESS_BLOCK_M,
@@ -49,7 +49,11 @@ from .backward import (
     _query_phases,
     _store_rows,
 )
-from .forward import LOG2E, _bind_cuda_context, launch_flash_attention_fwd
+from course_utils.triton_attention.forward import (
+    LOG2E,
+    _bind_cuda_context,
+    launch_flash_attention_fwd,
+)
 
 
 @triton.jit

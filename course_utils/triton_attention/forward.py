@@ -27,9 +27,9 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .._validate import softmax_scale_or_default
-from . import INTERPRETER
-from .targets import check_dtype_for, tile_config
+from course_utils._validate import softmax_scale_or_default
+from course_utils.triton_attention import INTERPRETER
+from course_utils.triton_attention.targets import check_dtype_for, tile_config
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -257,7 +257,7 @@ INTERPRETER_CONFIG = make_config(block_m=64, block_n=32, num_warps=4, num_stages
 """The one configuration used in the interpreter (autotuning needs a GPU)."""
 
 # Autotuning sets, (BLOCK_M, BLOCK_N, num_warps, num_stages, maxnreg), picked from sweeps on an
-# H200 (benchmarks/RESULTS.md). Each family is what suits one class of (d, dtype).
+# H200 (docs/journal.md). Each family is what suits one class of (d, dtype).
 CONFIG_FAMILIES = {
     "d<=64": [
         (128, 128, 8, 2, 128),  # two programs per SM

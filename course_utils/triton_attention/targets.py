@@ -56,7 +56,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..tile_budget import KiB, Part, TileBudget
+from course_utils.references.tile_budget import KiB, Part, TileBudget
 
 # ---------------------------------------------------------------------------------------------
 # Chips
@@ -188,7 +188,8 @@ def chip_shared_budget(
 
     From sm_80 on: the input dtype, num_stages deep. Below sm_80 Triton lowers tl.dot to FMA and
     stages the products' operands in shared memory as fp32, without pipelining: 4 bytes per
-    element, one stage, and the forward's P tile too. tests/test_triton_targets.py checks that
+    element, one stage, and the forward's P tile too. tests/kernels/test_triton_targets.py
+    checks that
     this bounds the shared bytes Triton's compiler reports for every sm_75 pick of `tile_config`.
     """
     c = chip(capability)
@@ -211,7 +212,7 @@ class TileConfig(_Tiles):
     The cap is not an item of the tuple, so `bm, bn, warps, stages = config` reads the four; it is
     what lets two or three programs share a multiprocessor (a program of 8 warps at 193
     registers a thread fills one SM of Hopper alone; at 128 two fit). Notebook 06's forward on an
-    H200 ran 1.1 to 1.5 times as fast with it as without (benchmarks/RESULTS.md, "register
+    H200 ran 1.1 to 1.5 times as fast with it as without (docs/journal.md, "register
     cap"). Pass it to the launch with the rest: `kernel[grid](..., **config.launch_options())`.
     """
 
@@ -239,7 +240,8 @@ class TileConfig(_Tiles):
 # padded head dimension BLOCK_D, chosen by compiling candidates for sm_75 on a CPU machine: the
 # largest tiles whose fp32 FMA products leave the registers unspilled (with 255 registers per
 # thread at most, most candidates spill: e.g. the forward's 64 x 64 tile at d = 64 spills 3.4 KB
-# per thread), one stage. tests/test_triton_targets.py compiles every entry and prints the table.
+# per thread), one stage. tests/kernels/test_triton_targets.py compiles every entry and
+# prints the table.
 SM75_TILES = {
     "fwd": {16: (64, 32, 8), 32: (64, 32, 8), 64: (64, 32, 8), 128: (64, 16, 8)},
     "dkdv": {16: (32, 64, 8), 32: (16, 32, 8), 64: (16, 32, 8), 128: (16, 16, 8)},
@@ -298,7 +300,7 @@ def _fitting_config(c: Chip, d: int, dtype: torch.dtype, pass_: str) -> TileConf
         bm, bn, w = table[min(k for k in table if k >= block_d)]
         return TileConfig(bm, bn, w, 1)  # float32 too: the FMA products are fp32 in any dtype
 
-    from . import backward, forward
+    from course_utils.triton_attention import backward, forward
 
     if pass_ == "fwd":
         family = forward.CONFIG_FAMILIES[forward._family(d, dtype)]
@@ -693,7 +695,7 @@ def course_kernel_job(
     block_d = _block_d(d)
     constexprs = {"HEAD_DIM": d, "BLOCK_D": block_d}
     if kernel == "preprocess":
-        from .backward import PREPROCESS_BLOCK_M
+        from course_utils.triton_attention.backward import PREPROCESS_BLOCK_M
 
         constexprs["BLOCK_M"] = PREPROCESS_BLOCK_M
         warps, stages = 4, 3  # Triton's defaults: the launch gives none

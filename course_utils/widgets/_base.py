@@ -119,7 +119,7 @@ class LiveFigure:
         self.row = w.HBox(row, layout=wrap)
         self.picture = w.Box([self.image], layout=w.Layout(overflow="auto", max_width="100%"))
         self.widget = w.VBox([self.row, self.picture, self.html])
-        # names for the browser test (tests/test_browser.py) and for styling
+        # names for the browser test (tests/browser/test_browser.py) and for styling
         self.widget.add_class("course-live-figure")
         self.row.add_class("course-controls")
         self.image.add_class("course-picture")

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import LiveFigure
-from .tile_grid import (
+from course_utils.widgets._base import LiveFigure
+from course_utils.widgets.tile_grid import (
     BLUE,
     GREEN,
     LIGHT_BLUE,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..softmax import NEG_INF, merge_partials
+from course_utils.references.softmax import NEG_INF, merge_partials
 
 # Eight keys of one query: scores q.k (already scaled) and scalar values.
 DEFAULT_SCORES = np.array([0.4, 1.6, -0.8, 0.9, 2.3, -0.2, 1.2, 0.1])
@@ -217,7 +217,7 @@ def merge_split_figure(scores=None, values=None, split: int = 4, mask_b: bool = 
     """
     import ipywidgets as w
 
-    from ._base import LiveFigure
+    from course_utils.widgets._base import LiveFigure
 
     base = merge_split_state(scores, values, split, mask_b)  # validates the arguments
     scores = np.array(DEFAULT_SCORES if scores is None else scores, dtype=np.float64)

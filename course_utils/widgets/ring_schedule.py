@@ -9,7 +9,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch, Rectangle
 
-from ..ring_attention import CAUSAL, FULL, SKIP, ring_schedule
+from course_utils.references.ring_attention import CAUSAL, FULL, SKIP, ring_schedule
 
 _COLOURS = {FULL: "#4c72b0", CAUSAL: "#dd8452", SKIP: "#eeeeee"}
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..roofline import (
+from course_utils.references.roofline import (
     A100,
     H100_SXM,
     H200,
@@ -245,7 +245,7 @@ def roofline_figure(
     """
     import ipywidgets as w
 
-    from ._base import LiveFigure
+    from course_utils.widgets._base import LiveFigure
 
     hw = _hardware(hw)
     if hw.name not in HARDWARE:

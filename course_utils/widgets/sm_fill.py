@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import positive_int
-from ..roofline import H100_SXM
+from course_utils._validate import positive_int
+from course_utils.references.roofline import H100_SXM
 
 COLOR_BUSY = "#ff7f0e"  # orange: the SM streams the KV cache
 COLOR_IDLE = "#8e44ad"  # violet: the SM has no block in the first wave
@@ -282,7 +282,7 @@ def sm_fill_figure(
     """
     import ipywidgets as w
 
-    from ._base import LiveFigure
+    from course_utils.widgets._base import LiveFigure
 
     sm_fill_state(batch, heads, splits, kv_len, d, num_sms=num_sms)  # validates the arguments
     if kv_len not in KV_LENGTHS:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import as_float_array, positive_int
-from ..softmax import online_softmax_steps
-from ._base import LiveFigure
+from course_utils._validate import as_float_array, positive_int
+from course_utils.references.softmax import online_softmax_steps
+from course_utils.widgets._base import LiveFigure
 
 # Eight scores whose max grows three times with blocks of 2, and their (scalar) values.
 DEFAULT_X = np.array([0.5, 1.2, -0.3, 2.1, 0.4, 1.0, 2.9, -0.8])

@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._validate import positive_int
-from ._base import LiveFigure
+from course_utils._validate import positive_int
+from course_utils.widgets._base import LiveFigure
 
 SKIP, MASK, FULL = 0, 1, 2  # the three kinds of score tile under a causal mask
 KIND_NAMES = {SKIP: "skip", MASK: "mask", FULL: "full"}

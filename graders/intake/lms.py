@@ -67,7 +67,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .students import Submission, student_id
+from graders.intake.students import Submission, student_id
 
 MAX_UNCOMPRESSED = 2 * 2**30  # bytes of notebooks one run may extract from zips
 LATE_NOTE = "submitted late (Canvas LATE marker)"

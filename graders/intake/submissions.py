@@ -27,9 +27,11 @@ from pathlib import Path
 
 import nbformat
 
-from ..isolation.tampering import find_tampering as find_tampering  # moved; importable here too
-from .students import Submission as Submission
-from .students import student_id as student_id
+from graders.intake.students import Submission as Submission
+from graders.intake.students import student_id as student_id
+from graders.isolation.tampering import (
+    find_tampering as find_tampering,  # moved; importable here too
+)
 
 OLDER_UPLOAD = "older upload, not graded:"  # the start of the note naming an upload left out
 IGNORED_FILE = "skipped, not the assignment's notebook:"  # the note naming a scratch notebook
@@ -57,7 +59,7 @@ def discover(
     graders.intake.lms, which maps each file to one student through `roster` ({student:
     exports.Person}).
     """
-    from . import lms
+    from graders.intake import lms
 
     if (found := lms.discover(Path(path), known, assignment, roster)) is not None:
         return found
@@ -127,7 +129,7 @@ def _upload_order(path: Path, assignment: str) -> tuple:
 @functools.cache
 def release_grade_ids(assignment: str) -> frozenset[str]:
     """The nbgrader grade ids of the released notebook of `assignment` (empty when none)."""
-    from ..authoring.course import REPO
+    from graders.authoring.course import REPO
 
     path = REPO / "notebooks" / assignment / f"{assignment}.ipynb"
     return _grade_ids(path) if path.is_file() else frozenset()

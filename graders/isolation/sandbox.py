@@ -53,8 +53,8 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Float, Integer, List, Unicode
 
-from ..authoring.course import REPO
-from . import cgroups
+from graders.authoring.course import REPO
+from graders.isolation import cgroups
 
 HOME = "/home/student"
 SEED = "/run/seed"  # the copy of the notebook's folder, read-only; copied into HOME at start

@@ -21,7 +21,7 @@ import ast
 import shutil
 from pathlib import Path
 
-from ..authoring.course import REPO
+from graders.authoring.course import REPO
 
 PACKAGE = REPO / "course_utils"
 
@@ -35,21 +35,21 @@ WHOLE = {
     "checks/_wire.py",
     "checks/_remote.py",
     "checks/_array_libraries.py",  # the memory budget's refusal of torch, JAX, ... (no answer)
-    "ring_comm.py",
-    "ring_guard.py",  # notebook 10's rank guard: instrumentation, run in the graded kernel
+    "harness/ring_comm.py",
+    "harness/ring_guard.py",  # notebook 10's rank guard: instrumentation, run in the graded kernel
     "triton_attention/__init__.py",
-    "triton_attention/bounds.py",  # the interpreter's bounds guard (no answer in it)
-    "triton_attention/learner.py",
-    "triton_attention/decode_learner.py",
-    "triton_attention/puzzles.py",
-    "triton_attention/load_log.py",  # the puzzles' runners record the loads (no answer in it)
-    "triton_attention/learner_backward.py",
+    "harness/triton_bounds.py",  # the interpreter's bounds guard (no answer in it)
+    "harness/triton_learner.py",
+    "harness/decode_learner.py",
+    "harness/triton_puzzles.py",
+    "harness/triton_load_log.py",  # the puzzles' runners record the loads (no answer in it)
+    "harness/triton_learner_backward.py",
     "widgets/__init__.py",
 }
 # Modules of which only these top-level names (and what they use) are kept; every other name
 # becomes a stub. A module not listed here or in WHOLE keeps no name.
 KEEP = {
-    "memory.py": {
+    "references/memory.py": {
         "CountingMemory",
         "OnChipMemoryError",
         "ThreadBlockError",
@@ -57,10 +57,10 @@ KEEP = {
         "STATS_BYTES",
         "record_loop",
     },
-    "softmax.py": {"NEG_INF"},
-    "ring_attention.py": {"SKIP", "FULL", "CAUSAL"},
-    "roofline.py": {"Hardware", "A100", "H100_SXM", "H200"},
-    "checks/merge.py": {"KeyParts", "key_parts"},
+    "references/softmax.py": {"NEG_INF"},
+    "references/ring_attention.py": {"SKIP", "FULL", "CAUSAL"},
+    "references/roofline.py": {"Hardware", "A100", "H100_SXM", "H200"},
+    "checks/merge_partials.py": {"KeyParts", "key_parts"},
     "triton_attention/forward.py": {"_check_inputs"},
     # notebook 09's skeleton validates its inputs and picks num_splits as the course kernel does
     "triton_attention/decode.py": {
@@ -73,8 +73,8 @@ KEEP = {
     },
     "widgets/_base.py": {"LiveFigure"},
     # notebook 11: the learner's attention block turns a backend's name into the function
-    "gpt.py": {"resolve_attention", "attention_label", "BACKENDS"},
-    "backward.py": {"naive_attention_torch"},
+    "references/gpt.py": {"resolve_attention", "attention_label", "BACKENDS"},
+    "references/backward.py": {"naive_attention_torch"},
     # notebook 11's check passes its own backend to the learner's block (it travels by name,
     # _wire.travels): the kernel runs the real function, and the block may call it
     "checks/capstone.py": {"check_backend"},
@@ -87,7 +87,7 @@ KEEP = {
 # notebook's exercise, and the learner's own forward (notebook 06's step and finalize) is not in
 # its namespace. The backward references stay stubbed.
 ALLOWED = {
-    "05_split_kv": {"softmax.py": {"merge_partials"}},
+    "05_split_kv": {"references/softmax.py": {"merge_partials"}},
     "08_triton_backward": {"triton_attention/forward.py": {"flash_attention_fwd"}},
 }
 

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import NamedTuple
 
-from ..run import pipeline
+from graders.run import pipeline
 
 
 class Exercise(NamedTuple):

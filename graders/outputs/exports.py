@@ -173,7 +173,7 @@ def table(
 ) -> Table:
     """The export's content from the grader's results; `final` (gradebook.final_scores) replaces
     the grader's score of each submission it holds."""
-    from ..intake.lms import identify
+    from graders.intake.lms import identify
 
     students = sorted({r["student"] for r in results})
     names, scores, notes, canvas_ids, participants = {}, {}, {}, {}, {}
@@ -212,7 +212,7 @@ def assignment_title(assignment: str) -> str:
     """The assignment's title: the first Markdown heading of its release, else its id."""
     import nbformat
 
-    from ..run import pipeline
+    from graders.run import pipeline
 
     path = pipeline.REPO / "notebooks" / assignment / f"{assignment}.ipynb"
     try:

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import nbformat
 
-from ..run import pipeline
+from graders.run import pipeline
 
 # written into a course directory that has no nbgrader_config.py of its own, so that nbgrader's
 # own commands run there (`nbgrader export`, `generate_feedback`, `release_feedback`, formgrader)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from ..run import pipeline
+from graders.run import pipeline
 
 CHECKS = "course_utils.checks"
 _TAG = re.compile(r"\[misconception: ([A-Za-z0-9_-]+)\]")
@@ -118,6 +118,8 @@ def _imports_of(module_name: str, root: Path = pipeline.REPO) -> tuple[str, ...]
             if node.level == 1 and node.module:  # from .triton_loads import ...
                 found.add(node.module.split(".")[0])
             elif node.level == 1:  # from . import triton_loads
+                found.update(a.name for a in node.names)
+            elif node.module == CHECKS:  # from course_utils.checks import triton_loads
                 found.update(a.name for a in node.names)
             elif node.module:  # from course_utils.checks.triton_loads import ...
                 found.update(_IMPORTED.findall(node.module))

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..intake.submissions import one_line
-from ..run import pipeline
-from . import report_html, similarity
-from .exercises import Exercise, cell_order, exercise_outline
-from .grades_csv import write_csvs
+from graders.intake.submissions import one_line
+from graders.outputs import report_html, similarity
+from graders.outputs.exercises import Exercise, cell_order, exercise_outline
+from graders.outputs.grades_csv import write_csvs
+from graders.run import pipeline
 
 if TYPE_CHECKING:  # matplotlib is imported when the figures are made (it is most of the cost)
     from matplotlib.figure import Figure
@@ -387,7 +387,7 @@ def _catalogue(per_exercise: dict):
     """What the checks say about each misconception slug seen (graders.outputs.misconceptions): read
     from the assignments' own check modules when they explain every slug seen, else from all.
     None when the check modules cannot be read here: the report then shows the slugs alone."""
-    from . import misconceptions
+    from graders.outputs import misconceptions
 
     try:
         mine = {m for a, _ in per_exercise for m in misconceptions.modules_of(a)}
@@ -403,7 +403,7 @@ def finalize(results: list[dict], out: Path) -> None:
     """Every submission, whatever its status, ends with one-line problems, a feedback page and a
     results file (results/<student>/<assignment>.json, rewritten with what was added here); a
     `missing` row (nothing handed in) gets neither."""
-    from ..run.worker import result_path
+    from graders.run.worker import result_path
 
     for res in results:
         if res["status"] == "missing":  # nothing handed in: no page, no result to reuse

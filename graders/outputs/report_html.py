@@ -164,7 +164,7 @@ def _trailing_parenthesis(text: str) -> int | None:
 def cause_of(problem: str) -> tuple[str, str]:
     """(cause, detail) of a one-line problem: what several students can share, and what is
     theirs alone (the cell, a file name, the line flagged)."""
-    from ..intake.submissions import OLDER_UPLOAD
+    from graders.intake.submissions import OLDER_UPLOAD
 
     if problem.startswith(OLDER_UPLOAD):
         return OLDER_UPLOAD.rstrip(":"), problem[len(OLDER_UPLOAD) :].strip()
@@ -561,7 +561,7 @@ def render(
     graders.outputs.report.item_analysis; points: each assignment's points (default: the most any
     result was graded out of); written, commit: the date and the course's commit, shown under the
     title."""
-    from .exercises import Exercise
+    from graders.outputs.exercises import Exercise
 
     figures = figures or {}
     names: dict[str, str] = {}

@@ -36,8 +36,8 @@ from pathlib import Path
 
 import nbformat
 
-from ..intake.submissions import read_notebook, source_text
-from ..run import pipeline
+from graders.intake.submissions import read_notebook, source_text
+from graders.run import pipeline
 
 THRESHOLD = 0.8  # share of an answer's tokens found in the other one
 MIN_TOKENS = 50  # answers shorter than this (after the stubs are removed) are not compared

@@ -38,8 +38,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import pipeline
-from .template import cached_template, release_hash
+from graders.run import pipeline
+from graders.run.template import cached_template, release_hash
 
 ALLOWED_FAILURES = 1  # a task may lose its worker once; the second loss is reported
 
@@ -79,7 +79,7 @@ def grade_task(job: dict) -> dict:
     "release" (release_hash) and "assignments" (those the template holds). The notebook is
     graded from a copy in a scratch folder of this worker, removed afterwards.
     """
-    from .worker import run_worker
+    from graders.run.worker import run_worker
 
     stage = Path(tempfile.mkdtemp(prefix="fa-grading-task-"))
     try:

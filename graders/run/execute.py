@@ -63,7 +63,7 @@ class SurvivingExecute(Execute):
 
     def create_kernel_manager(self):
         if self.sandboxed:
-            from ..isolation.sandbox import SandboxKernelManager
+            from graders.isolation.sandbox import SandboxKernelManager
 
             self.kernel_manager_class = SandboxKernelManager
         return super().create_kernel_manager()
@@ -131,7 +131,7 @@ class SurvivingExecute(Execute):
         import tempfile
         from pathlib import Path
 
-        from ..isolation.remote import RemoteError, run_in_grader
+        from graders.isolation.remote import RemoteError, run_in_grader
 
         scratch = getattr(self.km, "scratch", None)
         if scratch is not None:  # the sandbox's folder that the kernel sees at the same path

@@ -1,7 +1,8 @@
 """nbgrader plumbing shared by the release command, the grader and the tests.
 
 The course directory nbgrader sees is laid out as
-    <root>/solutions/<assignment>/<assignment>.ipynb   source (instructor notebooks)
+    <root>/solutions/<assignment>/<assignment>.ipynb   source (instructor notebooks, built from
+                                                        source/<assignment>.md: notebook_text)
     <root>/notebooks/<assignment>/<assignment>.ipynb   release (student notebooks)
     <root>/submitted/<student>/<assignment>/...         submissions, then autograded/, feedback/
 `root` is the repository for a release, and a working folder for grading. REPO, CONFIG_FILE and
@@ -18,9 +19,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..authoring.course import CONFIG_FILE as CONFIG_FILE
-from ..authoring.course import REPO as REPO
-from ..authoring.course import assignments as assignments
+from graders.authoring.course import CONFIG_FILE as CONFIG_FILE
+from graders.authoring.course import REPO as REPO
+from graders.authoring.course import assignments as assignments
 
 
 def skip_iri_grammar() -> None:
@@ -65,7 +66,7 @@ def load_config(
         cfg.Execute.timeout = int(timeout)
     from nbgrader.converters.autograde import Autograde
 
-    from .execute import SurvivingExecute
+    from graders.run.execute import SurvivingExecute
 
     steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
     cfg.Autograde.autograde_preprocessors = [
@@ -121,6 +122,18 @@ def release(root: Path = REPO, only: list[str] | None = None) -> list[Path]:
         generate(root, assignment, db_url="none")
         written.append(root / "notebooks" / assignment / f"{assignment}.ipynb")
     return written
+
+
+def build_and_release(root: Path, only: list[str] | None = None, source: Path | None = None):
+    """What `python -m graders release` does at `root`: build solutions/ from source/, point the
+    Colab badges of README.md and docs/ at course.toml's repository, then generate notebooks/
+    with nbgrader. Returns (solutions changed, badge files changed, notebooks released)."""
+    from graders.authoring import authoring, notebook_text
+
+    built = notebook_text.build(root, only, source)
+    colab_url = notebook_text.course_settings(root).colab_url
+    badges = authoring.sync_badge_files(root, colab_url)
+    return built, badges, release(root, only)
 
 
 def release_into(tmp: Path, only: list[str] | None = None) -> Path:
@@ -211,24 +224,6 @@ def scores(root: Path, assignment: str) -> dict[str, dict]:
                     cells[grade.name] = (grade.score, grade.max_score)
             out[sub.student_id] = {"score": sub.score, "max_score": sub.max_score, "cells": cells}
     return out
-
-
-def sync_setup_cells(root: Path = REPO) -> list[Path]:
-    """Make the first cell of every solution notebook the setup cell of
-    graders/authoring/authoring.py."""
-    import nbformat
-
-    from ..authoring.authoring import setup_source
-
-    changed = []
-    for assignment in assignments(root):
-        path = Path(root) / "solutions" / assignment / f"{assignment}.ipynb"
-        nb = nbformat.read(path, as_version=4)
-        if nb.cells and nb.cells[0].source != setup_source(assignment):
-            nb.cells[0].source = setup_source(assignment)
-            nbformat.write(nb, str(path))
-            changed.append(path)
-    return changed
 
 
 def feedback(root: Path, assignment: str, student: str) -> Path | None:

@@ -19,8 +19,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..isolation import student_build
-from . import pipeline
+from graders.isolation import student_build
+from graders.run import pipeline
 
 
 def release_hash(root: Path = pipeline.REPO) -> str:

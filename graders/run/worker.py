@@ -26,14 +26,14 @@ import sys
 import time
 from pathlib import Path
 
-from ..intake.submissions import (
+from graders.intake.submissions import (
     cause_line,
     find_tampering,
     is_untouched,
     read_submission,
     truncate_outputs,
 )
-from . import pipeline
+from graders.run import pipeline
 
 # nbgrader (through .execute) and course_utils are imported where they are used: the grader's
 # client imports this module for result_path and sha256 alone, and must start fast (grade.py);
@@ -112,8 +112,8 @@ def grade_one(job: dict) -> dict:
     """Autograde one submission; never raises for a problem of the submission itself."""
     import nbformat
 
-    from ..isolation import student_build
-    from .execute import KERNEL_DIED, NOT_STOPPED, TIMED_OUT
+    from graders.isolation import student_build
+    from graders.run.execute import KERNEL_DIED, NOT_STOPPED, TIMED_OUT
 
     student, assignment = job["student"], job["assignment"]
     out, template = Path(job["out"]), Path(job["template"])

@@ -263,7 +263,7 @@ def test_notebook_06_slugs_have_06s_words(slug):
     assert known.module in CHECKS_06, known
     if slug == "tile-reloaded":  # notebook 03 has words of its own: each keeps its own
         words_03 = cat.find(slug, "03_tiled_forward")
-        assert words_03.module == "tiled" and words_03.title != known.title
+        assert words_03.module == "tiled_forward" and words_03.title != known.title
         assert "K or V" in known.title
 
 

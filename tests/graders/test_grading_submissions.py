@@ -556,7 +556,7 @@ def test_near_copies_and_copies_of_the_course_code_are_found(tmp_path):
     found = {(p.student, p.other) for p in pairs}
     assert ("a", "b") in found  # renaming and comments do not hide a copy
     assert ("a", "reference: solutions") in found and ("b", "reference: solutions") in found
-    assert ("d", "reference: course_utils/softmax.py") in found
+    assert ("d", "reference: course_utils/references/softmax.py") in found
     assert not any("c" in (p.student, p.other) for p in pairs)  # untouched stubs are not code
     assert all(p.share >= similarity.THRESHOLD for p in pairs)
     assert similarity.similar_pairs(results, threshold=1.01) == []

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from course_utils.checks import _wire
-from course_utils.checks.merge import key_parts
+from course_utils.checks.merge_partials import key_parts
 from graders.isolation import student_build
 from graders.isolation.remote import KernelChannel, RemoteError, run_test_cell
 
@@ -131,7 +131,7 @@ def test_stripped_package_has_no_answers_but_keeps_the_api(stripped):
         "        print('stub')\n"
         "src = inspect.getsource(cu.online_softmax_stats)\n"
         "assert 'exp' not in src, src\n"
-        "from course_utils.checks.merge import key_parts\n"
+        "from course_utils.checks.merge_partials import key_parts\n"
         "print(key_parts([0], [1, 2]))\n"
         "print(cu.H200.num_sms)\n"
         "mem = cu.CountingMemory(M=10_000)\n"
@@ -263,8 +263,8 @@ def test_calling_the_reference_fails_even_with_the_watch_switched_off(kernel):
 def test_getsource_of_a_reference_gives_nothing_to_run(kernel):
     execute, channel = kernel
     execute(
-        "import inspect, course_utils.softmax as s\n"
-        "ns = {'__name__': 'course_utils.softmax', '__package__': 'course_utils'}\n"
+        "import inspect, course_utils.references.softmax as s\n"
+        "ns = {'__name__': 'course_utils.references.softmax', '__package__': 'course_utils'}\n"
         "exec(inspect.getsource(s), ns)\n"
         "online_softmax_stats = ns['online_softmax_stats']\n"
     )
@@ -309,7 +309,7 @@ def test_quick_check_values_come_from_the_kernel(kernel):
 
 
 BLOCK = """
-from course_utils import gpt
+from course_utils.references import gpt
 def attention_block(x, w_qkv, w_out, n_heads, attention):
     attn = gpt.resolve_attention(attention)
     B, N, D = x.shape

@@ -1,0 +1,302 @@
+"""The warp-specialized Gluon backward (issue 19) against float64, and its sm_90 build.
+
+On a CPU machine: a compile for sm_90 (shared memory within the H200's 227 KB, warpgroup MMAs,
+the register hand-over and the dQ atomics in the PTX) and the refusals. On a Hopper GPU (marked
+`gpu`): dq, dk, dv against float64 autograd, with the forward's own lse.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_triton_backward import GPU_TOL, make_generator, make_inputs, reference_grads
+from test_triton_backward import rel_err as grad_err
+from test_triton_forward_ws import SHAPES  # one tile, several, N_Q != N_K, many programs
+
+from course_utils.triton_attention import backward_ws as bws
+from course_utils.triton_attention import forward_ws as ws
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+requires_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_90)")
+H200_SHARED = 232448
+
+
+@pytest.mark.parametrize("dq_tma, stats_tma", [(True, True), (False, True), (True, False)])
+@pytest.mark.parametrize("d, block_m", [(64, 64), (64, 128), (128, 64)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_builds_for_sm90(d, block_m, causal, dq_tma, stats_tma):
+    compiled = bws.compile_for_sm90(d, causal, dq_tma=dq_tma, stats_tma=stats_tma, block_m=block_m)
+    ptx = compiled.ptx
+    # lse_i and D_i: 1-D TMA copies into shared memory, or the threads' loads from HBM
+    stats_copies = "cp.async.bulk.tensor.1d.shared::" in ptx  # ::cluster (3.6), ::cta (3.9)
+    assert stats_copies == stats_tma
+    assert ("ld.global" in ptx) == (not stats_tma)
+    assert compiled.shared_bytes <= H200_SHARED, compiled.shared_bytes
+    assert compiled.n_regs <= bws.MAXNREG
+    assert "wgmma.mma_async" in ptx
+    thread_atomics = "red.global" in ptx or "atom.global" in ptx
+    tma_adds = "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add" in ptx
+    assert (tma_adds, thread_atomics) == (dq_tma, not dq_tma), (tma_adds, thread_atomics)
+    assert f"setmaxnreg.dec.sync.aligned.u32 \t{bws.LOADER_REGS.value}" in ptx
+    assert f"setmaxnreg.inc.sync.aligned.u32 \t{bws.GRAD_REGS.value}" in ptx
+
+
+@pytest.mark.parametrize(
+    "d, num_slots, dq_split, block_m, dq_lag",
+    [(64, 2, False, 64, False), (64, 3, False, 64, False), (64, 2, True, 128, False),
+     (64, 3, True, 128, False), (128, 2, True, 64, False), (128, 2, False, 64, False),
+     (128, 2, True, 64, True), (64, 2, True, 128, True)],
+)  # fmt: skip
+def test_shared_bytes_is_what_the_compiler_allocates(d, num_slots, dq_split, block_m, dq_lag):
+    """The host's count (which refuses a combination too large) against a real sm_90 build: it
+    counts the buffers and 1 KB for the mbarriers and alignment, the compiler a few hundred."""
+    counted = bws.shared_bytes(d, num_slots, dq_split, dq_tma=True, block_m=block_m, dq_lag=dq_lag)
+    compiled = bws.compile_for_sm90(
+        d, False, num_slots=num_slots, dq_split=dq_split, dq_tma=True, block_m=block_m,
+        dq_lag=dq_lag,
+    )  # fmt: skip
+    assert compiled.shared_bytes <= counted <= compiled.shared_bytes + 1024, (
+        counted,
+        compiled.shared_bytes,
+    )
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_default_launch_builds_within_shared_memory(d, causal):
+    """The launch policy measured in Gluon backward runs 7 to 9 (128-query steps at d = 64; the
+    lagged dQ at d = 64 and at d = 128 with the mask, so two slots there; at d = 128 without
+    the mask dS^T shared, no lag) builds within what the host counts."""
+    opts = bws.launch_options(d, causal)
+    picked = (opts["block_m"], opts["num_slots"], opts["dq_split"], opts["dq_lag"])
+    assert picked == {
+        (64, False): (128, 2, True, True), (64, True): (128, 2, True, True),
+        (128, False): (64, 2, True, False), (128, True): (64, 2, True, True),
+    }[d, causal]  # fmt: skip
+    counted = bws.shared_bytes(d, opts["num_slots"], opts["dq_split"], dq_tma=True,
+                               block_m=opts["block_m"], dq_lag=opts["dq_lag"])  # fmt: skip
+    compiled = bws.compile_for_sm90(d, causal)
+    assert compiled.shared_bytes <= counted <= min(compiled.shared_bytes + 1024, bws.SHARED_LIMIT)
+
+
+@pytest.mark.parametrize(
+    "d, causal, given, expected",
+    [(128, True, {"dq_split": False}, {"dq_split": False, "dq_lag": False}),
+     (128, True, {"dq_split": 0}, {"dq_split": False, "dq_lag": False}),
+     (128, True, {"dq_lag": False}, {"dq_split": False, "num_slots": 2}),
+     (64, False, {"dq_lag": False}, {"dq_split": True, "num_slots": 3}),
+     (64, False, {"block_m": 64}, {"dq_split": False, "dq_lag": False, "num_slots": 3}),
+     (64, True, {"dq_tma": False}, {"dq_lag": False}),
+     (128, False, {"dq_lag": True}, {"dq_split": True, "dq_lag": True})],
+)  # fmt: skip
+def test_a_choice_given_moves_the_defaults_that_depend_on_it(d, causal, given, expected):
+    """Turning off what the lag needs (a shared dS^T, TMA reduce-adds) turns the lag's default
+    off instead of refusing; without the lag the defaults of runs 7 and 8 come back."""
+    opts = bws.launch_options(d, causal, **given)
+    assert {key: opts[key] for key in expected} == expected, opts
+
+
+REFUSED = [
+    (128, {"block_m": 128}, "block_m must be one of .* got 128 at d = 128"),
+    (64, {"block_m": 32}, "block_m must be one of .* got 32 at d = 64"),
+    (64, {"block_m": 96}, "block_m must be one of .* got 96 at d = 64"),
+    (128, {"dq_split": False, "dq_lag": True}, "dq_lag needs .* got dq_split=False"),
+    (64, {"dq_tma": False, "dq_lag": True}, "dq_lag needs .* dq_tma=False"),
+    (64, {"num_slots": 3}, "num_slots=3, .* dq_lag=True at d = 64 need .* more than the 232448"),
+    (64, {"num_slots": 0}, "num_slots must be an int from 1 to 3, got 0"),
+    (128, {"num_slots": 3, "dq_split": False},
+     "num_slots=3, dq_split=False, dq_tma=True, .* at d = 128 need .* more than the 232448"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("d, options, message", REFUSED)
+def test_a_launch_it_cannot_take_is_refused_by_name(d, options, message):
+    """A step size it has no layout for, a lagged dQ without a shared dS^T or the TMA's adds,
+    buffers past the H200's shared memory: a ValueError naming the argument (`launch_options`,
+    which the launch and the sm_90 compile both call, before anything runs)."""
+    with pytest.raises(ValueError, match=message):
+        bws.launch_options(d, False, **options)
+    with pytest.raises(ValueError, match=message):
+        bws.compile_for_sm90(d, False, **options)
+
+
+def test_two_ds_buffers_and_three_slots_pass_shared_memory_at_d64():
+    # 128-query steps: three Q/dO slots (96 KB) and two (128, 128) dS^T buffers (64 KB)
+    assert bws.shared_bytes(64, 3, True, dq_tma=True, block_m=128, dq_lag=True) > bws.SHARED_LIMIT
+    assert bws.shared_bytes(64, 2, True, dq_tma=True, block_m=128, dq_lag=True) <= bws.SHARED_LIMIT
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_lagged_dq_builds_with_its_barriers(d, causal):
+    """Two dS^T buffers: the kernel waits on and arrives at two mbarriers for each (ready and
+    free), and adds dQ by TMA reduce-adds only."""
+    compiled = bws.compile_for_sm90(d, causal, num_slots=2, dq_split=True, dq_lag=True)
+    ptx = compiled.ptx
+    assert compiled.shared_bytes <= bws.SHARED_LIMIT
+    assert "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add" in ptx
+    assert "red.global" not in ptx and "atom.global" not in ptx
+
+
+def test_the_largest_ring_with_tma_staging_is_refused_at_d128():
+    # own keys at d = 128: four fp32 (64, 64) staging tiles; with three Q/dO slots, 240 KB
+    assert bws.shared_bytes(128, 3, False, dq_tma=True) > bws.SHARED_LIMIT
+    assert bws.shared_bytes(128, 3, False, dq_tma=False) <= bws.SHARED_LIMIT
+
+
+def test_refuses_what_the_forward_refuses():
+    gen = make_generator("bws-cpu")
+    q, k, v, do = make_inputs(gen, 1, 2, 256, 256, 64, torch.bfloat16, device="cpu")
+    out, lse = torch.zeros_like(q), torch.zeros(q.shape[:3])
+    assert "needs CUDA tensors" in ws.supported(q, k, v, False)
+    # on a CPU machine the kernel refuses them; on a GPU machine the teaching kernel's checks do
+    with pytest.raises(ValueError, match="needs CUDA tensors|must be CUDA tensors"):
+        bws.flash_attention_bwd_ws(do, q, k, v, out, lse)
+
+
+def test_bad_lse_gets_the_teaching_kernels_error():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    q, k, v, do = make_inputs(make_generator("bws-lse"), 1, 2, 256, 256, 64, torch.bfloat16,
+                              device=device)  # fmt: skip
+    lse = torch.zeros(q.shape[:2], device=device)
+    with pytest.raises(ValueError, match="lse must be a float32 tensor of shape"):
+        bws.flash_attention_bwd_ws(do, q, k, v, torch.zeros_like(q), lse)
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gradients_match_float64(shape, causal, dtype):
+    batch, heads, n_q, n_k, d = shape
+    if causal and n_q != n_k:
+        pytest.skip("causal needs N_Q == N_K")
+    q, k, v, do = make_inputs(make_generator("bws", shape, causal, dtype), batch, heads, n_q, n_k,
+                              d, dtype, device="cuda")  # fmt: skip
+    out = bws.FlashAttentionWS.apply(q, k, v, causal)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    ref = reference_grads(q, k, v, do, causal)
+    for name, x, r in zip(("out", "dq", "dk", "dv"), (out, *grads), ref, strict=True):
+        assert grad_err(x, r) < GPU_TOL[dtype], (name, grad_err(x, r))
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_slots", [1, 2, 3])
+def test_any_ring_depth_and_a_scale(num_slots):
+    q, k, v, do = make_inputs(make_generator("bws-depth", num_slots), 1, 2, 512, 768, 128,
+                              torch.bfloat16, device="cuda", scale=4.0)  # fmt: skip
+    out, lse = ws.flash_attention_fwd_ws(q.detach(), k.detach(), v.detach(), False, 0.3)
+    grads = bws.flash_attention_bwd_ws(do, q, k, v, out, lse, False, 0.3, num_slots=num_slots)
+    ref = reference_grads(q, k, v, do, False, 0.3)[1:]
+    for name, x, r in zip(("dq", "dk", "dv"), grads, ref, strict=True):
+        assert grad_err(x, r) < GPU_TOL[torch.bfloat16], (name, grad_err(x, r))
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dq_tma, persistent", [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize("dq_split", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    "shape", [(2, 2, 1024, 1024, 128), (3, 20, 512, 512, 128), (2, 3, 768, 512, 64)]
+)
+def test_every_way_of_adding_dq(shape, causal, dq_split, dq_tma, persistent):
+    """The warpgroups sharing dS^T (d = 128: half of dQ's columns each) or not (each its keys),
+    dQ added by TMA reduce-adds or by the threads' atomics, one program per SM taking key tiles
+    in turn (persistent; 60 heads of 4 key tiles: more tiles than SMs) or one per key tile."""
+    check_against_float64(shape, causal, dq_split=dq_split, dq_tma=dq_tma, persistent=persistent)
+
+
+def check_against_float64(shape, causal, **options):
+    """dq, dk, dv of flash_attention_bwd_ws(**options) against float64 autograd, bf16 inputs."""
+    batch, heads, n_q, n_k, d = shape
+    if causal and n_q != n_k:
+        pytest.skip("causal needs N_Q == N_K")
+    gen = make_generator("bws-options", shape, causal, sorted(options.items()))
+    q, k, v, do = make_inputs(gen, batch, heads, n_q, n_k, d, torch.bfloat16, device="cuda")
+    out, lse = ws.flash_attention_fwd_ws(q.detach(), k.detach(), v.detach(), causal)
+    grads = bws.flash_attention_bwd_ws(do, q, k, v, out, lse, causal, **options)
+    ref = reference_grads(q, k, v, do, causal)[1:]
+    for name, x, r in zip(("dq", "dk", "dv"), grads, ref, strict=True):
+        assert grad_err(x, r) < GPU_TOL[torch.bfloat16], (name, grad_err(x, r))
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("stats_tma", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    "shape, block_m",
+    [((2, 2, 1024, 1024, 64), 128), ((3, 20, 512, 512, 64), 128), ((2, 3, 768, 512, 64), 128),
+     ((2, 3, 768, 512, 64), 64), ((3, 20, 512, 512, 128), 64)],
+)  # fmt: skip
+def test_each_step_size_and_source_of_lse(shape, block_m, causal, stats_tma, persistent):
+    """128-query steps at d = 64 (the warpgroups split dQ_i's rows), and lse_i and D_i brought
+    by the loader's TMA or loaded by every thread, against float64."""
+    check_against_float64(
+        shape, causal, block_m=block_m, stats_tma=stats_tma, persistent=persistent
+    )
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    "shape", [(2, 2, 1024, 1024, 128), (3, 20, 512, 512, 128), (2, 3, 768, 512, 128),
+              (2, 2, 1024, 1024, 64), (3, 20, 512, 512, 64), (2, 3, 768, 512, 64)]
+)  # fmt: skip
+def test_the_lagged_dq_against_float64(shape, causal, persistent):
+    """Each step's dQ one step late, from two dS^T buffers (one query tile a key tile at most:
+    512 keys and queries with the mask), with one program per key tile or persistent."""
+    check_against_float64(
+        shape, causal, num_slots=2, dq_split=True, dq_lag=True, persistent=persistent
+    )
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("d, options, message", REFUSED)
+def test_the_launch_refuses_before_running(d, options, message):
+    """The same refusals from flash_attention_bwd_ws on real tensors, before any launch."""
+    q, k, v, do = make_inputs(make_generator("bws-refuse", d, sorted(options.items())), 1, 2,
+                              256, 256, d, torch.bfloat16, device="cuda")  # fmt: skip
+    out, lse = ws.flash_attention_fwd_ws(q, k, v, False)
+    with pytest.raises(ValueError, match=message):
+        bws.flash_attention_bwd_ws(do, q, k, v, out, lse, **options)
+
+
+def test_the_autograd_function_prefers_it_only_on_hopper():
+    q, k, v, _ = make_inputs(make_generator("bws-pref"), 1, 2, 2048, 2048, 128, torch.bfloat16,
+                             device="cpu")  # fmt: skip
+    assert not bws.preferred(q, k, v, False)  # CPU tensors: the course backward
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "n, d, causal, runs_it",
+    [(2048, 128, True, True), (1024, 128, False, True), (1024, 128, True, True),
+     (1024, 64, False, False), (1024, 64, True, False), (2048, 64, True, True)],
+)  # fmt: skip
+def test_the_autograd_function_runs_it_where_preferred(n, d, causal, runs_it, monkeypatch):
+    """From 2k keys, and at 1k keys at d = 128, the autograd function's backward is this kernel
+    (and its gradients are right); elsewhere (d = 64 below 2k keys) the course's."""
+    from course_utils import triton_attention as ta
+
+    calls = []
+    real = bws.flash_attention_bwd_ws
+    monkeypatch.setattr(
+        bws, "flash_attention_bwd_ws", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    )
+    q, k, v, do = make_inputs(make_generator("bws-auto", n, d, causal), 1, 2, n, n, d,
+                              torch.bfloat16, device="cuda")  # fmt: skip
+    out = ta.flash_attention(q, k, v, causal)
+    grads = torch.autograd.grad(out, (q, k, v), do.transpose(2, 3).contiguous().transpose(2, 3))
+    assert len(calls) == int(runs_it)
+    ref = reference_grads(q, k, v, do, causal)[1:]
+    for name, x, r in zip(("dq", "dk", "dv"), grads, ref, strict=True):
+        assert grad_err(x, r) < GPU_TOL[torch.bfloat16], (name, grad_err(x, r))

@@ -1,0 +1,315 @@
+"""course.py: the layered first start (the NumPy track, then torch and Triton), torch's CPU build
+from PyTorch's index with a fallback, progress lines, signals that stop the lab, and the Triton
+notebooks' setup cell that names the one command to run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import types
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from graders.authoring import authoring
+from graders.run import pipeline
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def course(monkeypatch):
+    spec = importlib.util.spec_from_file_location("course_cli", ROOT / "course.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.delenv("COURSE_TORCH", raising=False)
+    monkeypatch.delenv("COURSE_TORCH_INDEX", raising=False)
+    monkeypatch.setattr(mod.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(mod.shutil, "which", lambda name: None)  # no nvidia-smi
+    return mod
+
+
+def _answering(status):
+    class Reply:
+        def __enter__(self):
+            return types.SimpleNamespace(status=status)
+
+        def __exit__(self, *exc):
+            return False
+
+    return lambda url, timeout: Reply()
+
+
+def test_cpu_index_is_used_where_it_answers(course, monkeypatch):
+    seen = []
+    monkeypatch.setattr(
+        course.urllib.request,
+        "urlopen",
+        lambda url, timeout: seen.append(url) or _answering(200)(url, timeout),
+    )
+    assert course.torch_spec() == "torch==2.13.0"
+    assert course.torch_index() == course.CPU_INDEX
+    assert seen == [course.CPU_INDEX + "/torch/"]
+
+
+def test_no_index_when_it_cannot_be_reached(course, monkeypatch):
+    def offline(url, timeout):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(course.urllib.request, "urlopen", offline)
+    assert course.torch_index() is None
+
+
+def test_no_cpu_index_with_an_nvidia_driver_or_a_chosen_torch(course, monkeypatch):
+    monkeypatch.setattr(course.urllib.request, "urlopen", _answering(200))
+    monkeypatch.setattr(course.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    assert course.torch_spec() == "torch" and course.torch_index() is None
+    monkeypatch.setattr(course.shutil, "which", lambda name: None)
+    monkeypatch.setenv("COURSE_TORCH", "torch==2.5.1")
+    assert course.torch_index() is None
+
+
+@pytest.fixture
+def fake_setup(course, monkeypatch, tmp_path):
+    """course.py with a stand-in venv builder and pip: the commands it would run are recorded."""
+    venv_dir = tmp_path / ".venv"
+    monkeypatch.setattr(course, "VENV", venv_dir)
+    monkeypatch.setattr(course, "STAMP", venv_dir / ".course-setup")
+    monkeypatch.setattr(course, "venv_python", lambda: venv_dir / "bin" / "python")
+
+    class Builder:
+        def __init__(self, **kw):
+            pass
+
+        def create(self, path):
+            (Path(path) / "bin").mkdir(parents=True)
+            (Path(path) / "bin" / "python").write_bytes(b"x" * 1000)
+
+    monkeypatch.setattr(course.venv, "EnvBuilder", Builder)
+    installed = set()  # what the stand-in pip has installed
+    monkeypatch.setattr(course, "has_module", lambda py, name: name in installed)
+    monkeypatch.setattr(course, "torch_index", lambda: course.CPU_INDEX)
+    commands = []
+
+    def fake_stream(cmd, heartbeat_s=course.HEARTBEAT_S):
+        cmd = [str(c) for c in cmd]
+        commands.append(cmd)
+        if "--index-url" in cmd:
+            return 1  # the CPU index fails, pip's own works
+        if any(c.startswith("torch") for c in cmd):
+            installed.add("torch")
+        return 0
+
+    monkeypatch.setattr(course, "stream", fake_stream)
+    return commands
+
+
+def test_first_start_falls_back_and_says_each_step(course, fake_setup, capsys):
+    commands = fake_setup
+    course.ensure_env(course.NEEDS["test"])
+    out = capsys.readouterr().out
+    assert commands[0][-3:] == ["torch==2.13.0", "--index-url", course.CPU_INDEX]
+    assert commands[1][-1] == "torch==2.13.0" and "--index-url" not in commands[1]
+    assert commands[2][-2:] == ["-e", ".[course,dev,hub]"]
+    assert all("--progress-bar" in c and c[c.index("--progress-bar") + 1] == "on" for c in commands)
+    for line in (
+        "1/3 creating",
+        "2/3 installing torch==2.13.0 from",
+        "failed; trying pip's own",
+        "3/3 installing the course package [course,dev,hub]",
+        "done in",
+        "environment ready in",
+    ):
+        assert line in out, out
+    assert course.read_stamp() == (course.setup_hash(), {"course", "dev", "hub"})
+
+
+def test_lab_installs_the_numpy_track_and_gpu_adds_torch_and_triton(course, fake_setup, capsys):
+    commands = fake_setup
+    course.ensure_env(course.NEEDS["lab"])
+    assert len(commands) == 1 and commands[0][-2:] == ["-e", ".[lab]"], commands
+    assert not any("torch" in c for c in commands[0])
+    assert "1/2 creating" in capsys.readouterr().out
+    course.ensure_env(course.NEEDS["lab"])  # installed: nothing more
+    assert len(commands) == 1
+    course.ensure_env(course.NEEDS["gpu"])
+    assert commands[-1][-2:] == ["-e", ".[gpu,lab]"]
+    assert [c[-1] for c in commands[1:3]] == [course.CPU_INDEX, "torch==2.13.0"]
+    out = capsys.readouterr().out
+    assert "1/2 installing torch==2.13.0" in out and "2/2 installing the course package" in out
+    n = len(commands)
+    course.ensure_env(course.NEEDS["lab"])  # a later `lab` keeps what `gpu` added
+    assert len(commands) == n
+    course.STAMP.write_text(
+        json.dumps({"hash": "an older pyproject.toml", "extras": ["gpu", "lab"]})
+    )
+    course.ensure_env(course.NEEDS["lab"])  # pyproject changed: every installed layer again
+    assert commands[-1][-2:] == ["-e", ".[gpu,lab]"] and len(commands) == n + 1
+
+
+def test_a_prepared_environment_is_used_as_it_is(course, monkeypatch, tmp_path):
+    monkeypatch.setattr(course, "PREPARED", True)
+    monkeypatch.setattr(course, "VENV", tmp_path)
+    monkeypatch.setattr(course, "venv_python", lambda: tmp_path / "bin" / "python")
+    with pytest.raises(SystemExit, match="COURSE_VENV=.*expected a virtual environment"):
+        course.ensure_env(course.NEEDS["lab"])
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").touch()
+    monkeypatch.setattr(course, "stream", lambda *a, **k: pytest.fail("installed into it"))
+    assert course.ensure_env(course.NEEDS["test"]) == tmp_path / "bin" / "python"
+
+
+def test_a_quiet_pip_step_still_prints_a_line(course, capsys):
+    """pip says nothing while it unpacks a large wheel: the step prints a line of its own."""
+    script = (
+        "import time; print('Requirement already satisfied: numpy', flush=True); "
+        "print('Collecting torch', flush=True); time.sleep(2.5); print('Installing', flush=True)"
+    )
+    assert course.stream([sys.executable, "-c", script], heartbeat_s=1.0) == 0
+    lines = capsys.readouterr().out.splitlines()
+    i, j = lines.index("  Collecting torch"), lines.index("  Installing")
+    assert any("still working" in line for line in lines[i:j]), lines
+    assert not any(line.startswith("  Requirement already") for line in lines)
+    assert "already satisfied: 1 requirement" in lines[-1]
+
+
+def _requirements(extra: str | None) -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = project["dependencies"] if extra is None else project["optional-dependencies"][extra]
+    return {re.split(r"[<>=;\[ ]", r, maxsplit=1)[0].lower() for r in reqs}
+
+
+def test_the_student_base_is_the_numpy_track_and_gpu_is_torch_and_triton():
+    base, lab = _requirements(None), _requirements("lab")
+    assert {"numpy", "scipy", "matplotlib", "ipywidgets"} <= base
+    # Validate, the one nbgrader part the student's lab keeps (jupyter/student/), is nbgrader's
+    server = json.loads((ROOT / "jupyter" / "student" / "jupyter_server_config.json").read_text())
+    off = server["ServerApp"]["jpserver_extensions"]
+    assert "nbgrader.server_extensions.validate_assignment" not in off
+    assert {name.split(".")[0] for name in off} == {"nbgrader"}
+    assert {"jupyterlab", "nbgrader"} <= lab
+    assert not (base | lab) & {"torch", "triton"}
+    assert _requirements("gpu") == {"torch", "triton"}
+    assert lab | _requirements("gpu") <= _requirements("course"), "course: the whole course"
+    course_py = (ROOT / "course.py").read_text()
+    assert '"lab": ("lab",)' in course_py and '"test": ("course", "dev", "hub")' in course_py
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_stops_the_lab_and_its_kernels(course, tmp_path, signum):
+    """course.py lab, on this environment (COURSE_VENV), with a kernel running: after SIGTERM,
+    SIGINT or SIGHUP no process that it started is left."""
+    port, token = _free_port(), "course-test-token"
+    env = dict(os.environ, COURSE_VENV=sys.prefix, JUPYTER_RUNTIME_DIR=str(tmp_path / "rt"))
+    env["JUPYTER_DATA_DIR"] = str(tmp_path / "data")  # a fresh lab workspace
+    proc = subprocess.Popen(
+        [sys.executable, ROOT / "course.py", "lab", f"--ServerApp.port={port}"]
+        + [f"--IdentityProvider.token={token}", "--ServerApp.port_retries=0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}/api"
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+            try:
+                urllib.request.urlopen(f"{base}/status?token={token}", timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        request = urllib.request.Request(f"{base}/kernels?token={token}", data=b"{}")
+        kernel = json.loads(urllib.request.urlopen(request, timeout=60).read())["id"]
+        while True:  # the kernel process exists once the server lists it as started
+            procs = course.descendants(proc.pid)
+            if len(procs) >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert len(procs) >= 2, f"jupyter-lab and kernel {kernel} not found: {procs}"
+        proc.send_signal(signum)
+        assert proc.wait(60) == 128 + signum
+        out = proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert f"{signal.Signals(signum).name}: stopping JupyterLab" in out, out
+    left = [pid for pid, start in procs if course._proc_start(pid) == start]
+    assert not left, f"still running after {signal.Signals(signum).name}: {left}\n{out}"
+
+
+def _top_level_imports(assignment: str) -> set[str]:
+    nb = nbformat.read(ROOT / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    found = set()
+    for cell in nb.cells[1:]:
+        if cell.cell_type == "code":
+            found |= set(re.findall(r"^(?:import|from) (torch|triton)\b", cell.source, re.M))
+    return found
+
+
+def test_the_triton_notebooks_are_the_ones_whose_setup_cell_checks_torch():
+    gpu = {a for a in pipeline.assignments() if _top_level_imports(a)}
+    assert gpu == set(authoring.GPU_NEEDS), "graders/authoring/authoring.py GPU_NEEDS"
+    for assignment in pipeline.assignments():
+        source = authoring.setup_source(assignment)
+        assert source.startswith(authoring.SETUP_SOURCE)
+        assert (source != authoring.SETUP_SOURCE) == (assignment in gpu)
+        assert _top_level_imports(assignment) <= set(authoring.GPU_NEEDS.get(assignment, ()))
+
+
+@pytest.mark.notebooks
+def test_the_setup_cell_names_the_one_command_where_torch_or_triton_is_missing():
+    """Run as Jupyter runs it: torch is here, triton is not (sys.modules[name] = None); then a
+    system other than Linux; then Colab (its module google.colab is imported by Colab's kernel)."""
+    source = authoring.setup_source("06_triton_forward")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("import sys\nsys.modules['triton'] = None  # not installed"),
+        nbformat.v4.new_code_cell(source),
+        nbformat.v4.new_code_cell("import platform\nplatform.system = lambda: 'Darwin'"),
+        nbformat.v4.new_code_cell(source),
+        nbformat.v4.new_code_cell(
+            "import types\nsys.modules['google.colab'] = types.ModuleType('c')"
+        ),
+        nbformat.v4.new_code_cell(source),
+        nbformat.v4.new_code_cell("del sys.modules['triton']"),
+        nbformat.v4.new_code_cell(source),
+    ]
+    NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=120).execute()
+    lines = []
+    for cell in nb.cells[1:7:2]:
+        (error,) = [o for o in cell.outputs if o.output_type == "error"]
+        assert error.ename == "CourseSetupError", cell.outputs
+        (line,) = error.traceback  # one line, no traceback
+        lines.append(line)
+    linux, mac, colab = lines
+    assert linux == (
+        f"✗ This notebook needs triton: run `{authoring.GPU_COMMAND}` in the course folder, "
+        "then Kernel > Restart Kernel."
+    )
+    assert "Triton has no wheels here: open this notebook on Colab" in mac
+    assert "Runtime > Disconnect and delete runtime" in colab
+    assert nb.cells[7].outputs == []  # triton back: the cell says nothing
