@@ -9,7 +9,8 @@ found in the other is reported.
 
     two students   listed when each has at least `threshold` of its answer in the other's;
     the course     listed when a student has `threshold` of the answer in the course's reference
-                   code: the instructor solution's answer cells, or a course_utils/*.py file.
+                   code: the instructor solution's answer cells, or a course_utils/*.py or
+                   course_utils/references/*.py file.
 
 A pair is a question for the instructor, not a verdict: short exercises leave little room to
 differ, and the report says so. Without copydetect (pip install copydetect) nothing is compared.
@@ -71,7 +72,8 @@ def answer_code(nb) -> str:
 
 
 def reference_sources(assignment: str, root: Path = pipeline.REPO) -> dict[str, str]:
-    """The course's own code a student could copy: the solution's answers, course_utils/*.py."""
+    """The course's own code a student could copy: the solution's answers, course_utils/*.py and
+    the references (course_utils/references/*.py)."""
     solution = nbformat.read(root / "solutions" / assignment / f"{assignment}.ipynb", 4)
     code = answer_code(solution)
     refs = {
@@ -81,8 +83,9 @@ def reference_sources(assignment: str, root: Path = pipeline.REPO) -> dict[str, 
             if ln.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")
         )
     }
-    for path in sorted((root / "course_utils").glob("*.py")):
-        refs[f"course_utils/{path.name}"] = path.read_text(encoding="utf-8")
+    package = root / "course_utils"
+    for path in sorted([*package.glob("*.py"), *(package / "references").glob("*.py")]):
+        refs[path.relative_to(root).as_posix()] = path.read_text(encoding="utf-8")
     return refs
 
 

@@ -542,7 +542,7 @@ def test_near_copies_and_copies_of_the_course_code_are_found(tmp_path):
     cell = next(c for c in renamed.cells if _gid(c) == ex.answer)
     cell.source = re.sub(r"\bblock\b", "chunk", cell.source).replace("#", "# my note:")
     own = _release()  # the stubs only, and one answer of the course's own code
-    softmax = Path(pipeline.REPO / "course_utils" / "softmax.py").read_text()
+    softmax = Path(pipeline.REPO / "course_utils" / "references" / "softmax.py").read_text()
     body = softmax[softmax.index("def ") :][:1500]
     next(c for c in own.cells if _gid(c) == ex.answer).source = body
     files = {"a": solved, "b": renamed, "c": _release(), "d": own}
@@ -571,7 +571,7 @@ def test_a_reference_made_once_without_boilerplate_gives_the_same_shares():
     boilerplate = np.unique(np.array(list(stub.hashes), dtype=np.int64))
     refs = similarity.reference_sources(A)
     solved = similarity.answer_code(pipeline.solved_notebook(A))
-    softmax = Path(pipeline.REPO / "course_utils" / "softmax.py").read_text()
+    softmax = Path(pipeline.REPO / "course_utils" / "references" / "softmax.py").read_text()
     answers = [solved, release + "\n\n" + softmax[softmax.index("def ") :][:1500]]
     for code in answers:
         fp = similarity._fingerprint(code, boilerplate)
