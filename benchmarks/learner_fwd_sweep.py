@@ -6,7 +6,7 @@ backends, bf16, the grid of benchmarks.attention.
     python -m benchmarks.learner_fwd_sweep [--d 64 128] [--n 1024 4096 16384] \\
         [--baseline-root OLD_CHECKOUT]
 
-What it informs: `targets.tile_config`, the config the solution launcher asks for on a GPU.
+What it informs: `config.tile_config`, the config the solution launcher asks for on a GPU.
 `--baseline-root` also times the solution of another checkout (its own launcher, as it is) in the
 same run, to measure a change of the solution. Prints one line per variant and point, then a
 table of TFLOP/s with each variant's ratio to the course kernel (geometric mean, minimum).
@@ -35,8 +35,8 @@ from benchmarks.attention import (
 def family_configs(d: int):
     """(label, TileConfig) for each config of the course forward's family at this d, as the
     autotuner has it and, where it has a register cap, without the cap."""
+    from course_utils.triton_attention.config import TileConfig
     from course_utils.triton_attention.forward import CONFIG_FAMILIES, _family
-    from course_utils.triton_attention.targets import TileConfig
 
     seen = set()
     for bm, bn, w, s, regs in CONFIG_FAMILIES[_family(d, torch.bfloat16)]:
@@ -101,7 +101,7 @@ def tables(rows: list[tuple[str, dict]], head_dims) -> str:
 
 def main(argv=None) -> int:
     from benchmarks import learner_solutions as ls
-    from course_utils.triton_attention.targets import tile_config
+    from course_utils.triton_attention.config import tile_config
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--d", type=int, nargs="+", default=[64, 128])

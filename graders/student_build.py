@@ -37,6 +37,7 @@ WHOLE = {
     "harness/ring_guard.py",  # notebook 10's rank guard: instrumentation, run in the graded kernel
     "triton_attention/__init__.py",
     "harness/triton_bounds.py",  # the interpreter's bounds guard (no answer in it)
+    "harness/triton_interpreter.py",  # the interpreter switch, before triton (no answer in it)
     "harness/triton_learner.py",
     "harness/decode_learner.py",
     "harness/triton_puzzles.py",
