@@ -1,6 +1,6 @@
 """A warp-specialized FlashAttention backward for Hopper (sm_90), written in Gluon.
 
-The course backward (`backward.py`) runs two gradient kernels, one for dK and dV and one for dQ,
+The course backward (`../backward.py`) runs two gradient kernels, one for dK and dV and one for dQ,
 so that no program writes where another does; S and dP are computed in both (seven N^2 d matrix
 products). This variant computes all three gradients in one pass over the tile pairs, as
 FlashAttention-2 and -3 do: five products, dQ added into an fp32 buffer.

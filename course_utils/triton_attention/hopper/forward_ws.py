@@ -1,6 +1,6 @@
 """A warp-specialized FlashAttention forward for Hopper (sm_90), written in Gluon.
 
-The teaching kernel (`forward.py`) is one program of identical warps that issue their own loads
+The teaching kernel (`../forward.py`) is one program of identical warps that issue their own loads
 and wait for them. This variant splits each program's warps by job, as FlashAttention-3 (Shah
 et al., 2024) does:
 
