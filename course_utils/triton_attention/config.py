@@ -123,7 +123,7 @@ def check_dtype_for(capability, dtype: torch.dtype, name: str = "dtype") -> None
 # ---------------------------------------------------------------------------------------------
 
 # Forward, (BLOCK_M, BLOCK_N, num_warps, num_stages, maxnreg), picked from sweeps on an H200
-# (benchmarks/RESULTS.md). Each family is what suits one class of (d, dtype): `family`.
+# (docs/journal.md). Each family is what suits one class of (d, dtype): `family`.
 FWD_FAMILIES = {
     "d<=64": [
         (128, 128, 8, 2, 128),  # two programs per SM
@@ -251,7 +251,7 @@ class TileConfig(_Tiles):
     The cap is not an item of the tuple, so `bm, bn, warps, stages = config` reads the four; it is
     what lets two or three programs share a multiprocessor (a program of 8 warps at 193
     registers a thread fills one SM of Hopper alone; at 128 two fit). Notebook 06's forward on an
-    H200 ran 1.1 to 1.5 times as fast with it as without (benchmarks/RESULTS.md, "register
+    H200 ran 1.1 to 1.5 times as fast with it as without (docs/journal.md, "register
     cap"). Pass it to the launch with the rest: `kernel[grid](..., **config.launch_options())`.
     """
 
