@@ -192,3 +192,52 @@ def test_kernels_import_one_way():
         assert not graph[f"{ta}.hopper.{hopper}"] & {ta, f"{ta}.autograd"}, hopper
     assert f"{ta}.cross_compile" not in graph[ta]
     assert not graph[f"{ta}.config"] & {m for m in graph if m.startswith(f"{ta}.")}
+
+
+def _top_level_imports(path: Path) -> list[str]:
+    """The modules a file imports at its top level, in order."""
+    names = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+    return names
+
+
+def test_modules_that_import_triton_switch_on_the_interpreter_first():
+    """Every module that imports triton at its top level imports harness.triton_interpreter
+    before (outside triton_attention/, whose __init__ imports it before any kernel): so that
+    importing any of them first, in a fresh process without a GPU, runs Triton's interpreter."""
+    switch = f"{ROOT}.harness.triton_interpreter"
+    late = []
+    for name, path in modules().items():
+        if name.startswith(f"{ROOT}.triton_attention.") or name == switch:
+            continue
+        names = _top_level_imports(path)
+        first_triton = next((i for i, n in enumerate(names) if n.split(".")[0] == "triton"), None)
+        if first_triton is not None and switch not in names[:first_triton]:
+            late.append(name)
+    assert not late, f"import {switch} before triton in {late}"
+    init = _top_level_imports(PACKAGE / "triton_attention" / "__init__.py")
+    assert init[init.index("__future__") + 1 if "__future__" in init else 0] == switch
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="the interpreter is for machines without a GPU"
+)
+def test_a_harness_module_imported_first_runs_the_interpreter():
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import os\nimport course_utils.harness.triton_puzzles\n"
+        "from triton.runtime import interpreter\n"
+        "print(os.environ['TRITON_INTERPRET'], interpreter._course_bounds_installed)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    assert run.stdout.split() == ["1", "True"], run.stderr[-2000:]
