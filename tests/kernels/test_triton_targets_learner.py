@@ -37,7 +37,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 REPO = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
+ANSWERS = Path(__file__).resolve().parents[1] / "checks"  # triton06_answers.py
 
 
 HEAD = (
@@ -103,8 +103,8 @@ def modules(tmp_path_factory):
         sys.modules[name] = module  # Triton resolves a jit function's globals through it
         spec.loader.exec_module(module)
         found[name] = module
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))
+    if str(ANSWERS) not in sys.path:
+        sys.path.insert(0, str(ANSWERS))
     import triton06_answers
 
     found["answers06"] = triton06_answers
