@@ -130,7 +130,8 @@ def _imports_of(module_name: str, root: Path = pipeline.REPO) -> tuple[str, ...]
 
 def _walk(value, module: str, found: list[Known], seen: set[int], depth: int = 0) -> None:
     """Every Mistake and Option reachable from `value` through containers and dataclasses."""
-    from course_utils.checks._core import Mistake, Option
+    from course_utils.checks.engine.failures import Mistake
+    from course_utils.checks.engine.quizzes import Option
 
     if depth > 6 or id(value) in seen:
         return

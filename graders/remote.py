@@ -29,8 +29,10 @@ from pathlib import Path
 
 from nbformat import NotebookNode
 
-from course_utils.checks import _wire
-from course_utils.checks._core import CallReport, CheckFailure, LoadLog, _LearnerRaised
+from course_utils.checks.engine import wire as _wire
+from course_utils.checks.engine.failures import CheckFailure
+from course_utils.checks.engine.tracing import LoadLog
+from course_utils.checks.engine.watch import CallReport, _LearnerRaised
 
 
 class RemoteError(RuntimeError):
@@ -72,7 +74,7 @@ class KernelChannel:
             call = f"_course_remote.call({k_req!r}, {k_resp!r})"
         try:
             self.execute(
-                "import course_utils.checks._remote as _course_remote\n"
+                "import course_utils.checks.engine.remote as _course_remote\n"
                 f"{call}\n"
                 "del _course_remote\n"
             )

@@ -47,7 +47,7 @@ def sha256(path: Path) -> str:
 
 def _cell_reports(nb) -> dict[str, dict]:
     """Per graded cell: the error it raised (first line) and the misconception it names."""
-    from course_utils.checks._core import misconception_slug
+    from course_utils.checks.engine.failures import misconception_slug
 
     reports = {}
     for cell in nb.cells:

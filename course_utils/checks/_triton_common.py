@@ -24,14 +24,9 @@ import re
 
 import numpy as np
 
-from course_utils.checks._core import (
-    CheckFailure,
-    Mistake,
-    _LearnerRaised,
-    _norm_distance,
-    call_learner,
-    matches_in_norm,
-)
+from course_utils.checks.engine.failures import CheckFailure, Mistake
+from course_utils.checks.engine.feedback import _norm_distance, matches_in_norm
+from course_utils.checks.engine.watch import _LearnerRaised, call_learner
 
 DOT_DTYPE = Mistake(
     "dot-dtype-mismatch",

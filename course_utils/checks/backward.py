@@ -49,24 +49,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from course_utils.checks._core import (
-    MUTATES_INPUT,
-    TILE_READS,
-    Case,
-    CheckFailure,
-    Mistake,
-    Rule,
-    _arg_names,
-    _stage_header,
-    _stage_order,
-    bounded_loads_rule,
-    frozen,
-    memory_budget,
-    pick_output,
-    run_cases,
-    tile_rule,
-)
-from course_utils.checks._core import hinted_answer as _hinted
+from course_utils.checks.engine.cases import Case, _stage_header, _stage_order, frozen, run_cases
+from course_utils.checks.engine.display import _arg_names
+from course_utils.checks.engine.failures import MUTATES_INPUT, CheckFailure, Mistake
+from course_utils.checks.engine.quizzes import hinted_answer as _hinted
+from course_utils.checks.engine.rules import Rule, bounded_loads_rule, memory_budget, tile_rule
+from course_utils.checks.engine.tracing import TILE_READS
+from course_utils.checks.engine.watch import pick_output
 from course_utils.references.attention import attention_reference
 from course_utils.references.backward import attention_backward_reference, softmax_backward
 from course_utils.references.softmax import NEG_INF

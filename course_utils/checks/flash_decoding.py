@@ -36,17 +36,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course_utils.checks._core import (
-    CheckFailure,
-    Mistake,
-    _LearnerRaised,
-    call_learner,
-    closest_mistake,
-    describe,
-    mismatch_lines,
-)
-from course_utils.checks._core import hinted_answer as _hinted
 from course_utils.checks._triton_common import _dtype_hint
+from course_utils.checks.engine.failures import CheckFailure, Mistake
+from course_utils.checks.engine.feedback import closest_mistake, mismatch_lines
+from course_utils.checks.engine.quizzes import hinted_answer as _hinted
+from course_utils.checks.engine.remote import describe
+from course_utils.checks.engine.watch import _LearnerRaised, call_learner
 from course_utils.checks.triton_kernel import (
     HALF_STATE_EXPLANATION,
     HALF_STATE_TITLE,

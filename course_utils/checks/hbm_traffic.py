@@ -48,18 +48,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course_utils.checks._core import (
-    Case,
-    CheckFailure,
-    Mistake,
-    _LearnerRaised,
-    describe,
-    instrumented_call,
-    run_cases,
-)
-from course_utils.checks._core import (
-    hinted_answer as _hinted,
-)
+from course_utils.checks.engine.cases import Case, run_cases
+from course_utils.checks.engine.failures import CheckFailure, Mistake
+from course_utils.checks.engine.quizzes import hinted_answer as _hinted
+from course_utils.checks.engine.remote import describe
+from course_utils.checks.engine.watch import _LearnerRaised, instrumented_call
 from course_utils.references.memory import (
     CountingMemory,
     OnChipMemoryError,

@@ -33,17 +33,11 @@ import numpy as np
 
 from course_utils import attention_reference
 from course_utils import merge_partials as _reference_merge
-from course_utils.checks._core import (
-    LOW_PRECISION_MISTAKE,
-    NAN_MISTAKE,
-    Case,
-    Mistake,
-    Rule,
-    calls_rule,
-    hinted_answer,
-    partition_rule,
-    run_cases,
-)
+from course_utils.checks.engine.cases import Case, run_cases
+from course_utils.checks.engine.failures import LOW_PRECISION_MISTAKE, NAN_MISTAKE, Mistake
+from course_utils.checks.engine.quizzes import hinted_answer
+from course_utils.checks.engine.rules import Rule, calls_rule, partition_rule
+from course_utils.harness.key_parts import KeyParts, key_parts
 
 NEG_INF = -np.inf
 LN = np.log
@@ -443,26 +437,6 @@ def check_merge_partials(fn, seed: int | None = 0, trials: int = 20) -> None:
 # ---------------------------------------------------------------------------------------------
 # check_attention_by_parts
 # ---------------------------------------------------------------------------------------------
-
-
-class KeyParts(np.ndarray):
-    """A sequence of index arrays (one per key set) that prints as `[0, 2] | [1] | []`.
-
-    Iterating gives the index arrays; len() and indexing work as on a list.
-    """
-
-    def __repr__(self) -> str:
-        return "parts " + " | ".join(str([int(i) for i in p]) for p in self)
-
-    __str__ = __repr__
-
-
-def key_parts(*parts) -> KeyParts:
-    """KeyParts from lists of key indices, e.g. key_parts([0, 2], [1, 3], [])."""
-    out = np.empty(len(parts), dtype=object)
-    for i, p in enumerate(parts):
-        out[i] = np.asarray(p, dtype=np.intp).reshape(-1)
-    return out.view(KeyParts)
 
 
 def _part_stats(q, K, V, idx, tau, *, lse_rule="right"):

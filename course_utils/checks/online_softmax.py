@@ -34,18 +34,11 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
-from course_utils.checks._core import (
-    LOW_PRECISION_MISTAKE,
-    NAN_MISTAKE,
-    TILE_READS,
-    Case,
-    Mistake,
-    frozen,
-    hinted_answer,
-    run_cases,
-    single_pass_rule,
-    tile_rule,
-)
+from course_utils.checks.engine.cases import Case, frozen, run_cases
+from course_utils.checks.engine.failures import LOW_PRECISION_MISTAKE, NAN_MISTAKE, Mistake
+from course_utils.checks.engine.quizzes import hinted_answer
+from course_utils.checks.engine.rules import single_pass_rule, tile_rule
+from course_utils.checks.engine.tracing import TILE_READS
 from course_utils.references.softmax import online_softmax_stats
 
 NEG_INF = -np.inf

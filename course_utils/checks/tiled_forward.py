@@ -39,24 +39,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from course_utils.checks._core import (
-    TILE_READS,
-    Case,
-    CheckFailure,
-    Mistake,
-    Rule,
-    _LearnerRaised,
-    bounded_loads_rule,
-    call_learner,
-    frozen,
-    memory_budget,
-    pick_output,
-    run_cases,
-    tile_rule,
-)
-from course_utils.checks._core import (
-    hinted_answer as _hinted,
-)
+from course_utils.checks.engine.cases import Case, frozen, run_cases
+from course_utils.checks.engine.failures import CheckFailure, Mistake
+from course_utils.checks.engine.quizzes import hinted_answer as _hinted
+from course_utils.checks.engine.rules import Rule, bounded_loads_rule, memory_budget, tile_rule
+from course_utils.checks.engine.tracing import TILE_READS
+from course_utils.checks.engine.watch import _LearnerRaised, call_learner, pick_output
 from course_utils.references.attention import attention_reference
 from course_utils.references.attention import flash_attention_forward as _tiled_reference
 from course_utils.widgets.tile_grid import FULL, MASK, SKIP, tile_kinds

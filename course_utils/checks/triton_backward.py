@@ -34,16 +34,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course_utils.checks._core import (
-    CheckFailure,
-    Mistake,
-    _LearnerRaised,
-    _stage_header,
-    call_learner,
-    closest_mistake,
-    mismatch_lines,
-)
-from course_utils.checks._core import hinted_answer as _hinted
+from course_utils.checks.engine.cases import _stage_header
+from course_utils.checks.engine.failures import CheckFailure, Mistake
+from course_utils.checks.engine.feedback import closest_mistake, mismatch_lines
+from course_utils.checks.engine.quizzes import hinted_answer as _hinted
+from course_utils.checks.engine.watch import _LearnerRaised, call_learner
 from course_utils.checks.triton_kernel import _nothing_on_stderr, _raised_failure, _rel_err
 
 __all__ = [

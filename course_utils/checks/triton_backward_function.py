@@ -35,14 +35,9 @@ import math
 
 import numpy as np
 
-from course_utils.checks._core import (
-    CheckFailure,
-    Mistake,
-    describe,
-    matches_in_norm,
-    misconception_slug,
-    worst_row,
-)
+from course_utils.checks.engine.failures import CheckFailure, Mistake, misconception_slug
+from course_utils.checks.engine.feedback import matches_in_norm, worst_row
+from course_utils.checks.engine.remote import describe
 from course_utils.checks.triton_backward import (
     _RUNNERS,
     BwdCase,

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course_utils.checks._core import CheckFailure, Mistake, _LearnerRaised, mismatch_lines
 from course_utils.checks._triton_common import (
     _as_numpy,
     _dtype_hint,
@@ -49,6 +48,9 @@ from course_utils.checks._triton_common import (
     _rules_line,
     _stage_line,
 )
+from course_utils.checks.engine.failures import CheckFailure, Mistake
+from course_utils.checks.engine.feedback import mismatch_lines
+from course_utils.checks.engine.watch import _LearnerRaised
 from course_utils.checks.triton_kernel import (
     HALF_STATE_EXPLANATION,
     HALF_STATE_TITLE,

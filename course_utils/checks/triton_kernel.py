@@ -43,18 +43,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course_utils.checks._core import (
-    Case,
-    CheckFailure,
-    Mistake,
-    _LearnerRaised,
-    call_learner,
-    closest_mistake,
-    mismatch_lines,
-    run_cases,
-)
-from course_utils.checks._core import hinted_answer as _hinted
-from course_utils.checks.interpreter_limits import interpreter_limit
+from course_utils.checks.engine.cases import Case, run_cases
+from course_utils.checks.engine.failures import CheckFailure, Mistake
+from course_utils.checks.engine.feedback import closest_mistake, mismatch_lines
+from course_utils.checks.engine.interpreter_limits import interpreter_limit
+from course_utils.checks.engine.quizzes import hinted_answer as _hinted
+from course_utils.checks.engine.watch import _LearnerRaised, call_learner
 
 __all__ = [
     "KERNEL_LSE_MISTAKES",

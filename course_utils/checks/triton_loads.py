@@ -21,14 +21,11 @@ these rules were checked in the interpreter only.
 
 from __future__ import annotations
 
-from course_utils.checks._core import (
-    CallReport,
-    Case,
-    LoadLog,
-    Mistake,
-    Rule,
-    single_pass_rule,
-)
+from course_utils.checks.engine.cases import Case
+from course_utils.checks.engine.failures import Mistake
+from course_utils.checks.engine.rules import Rule, single_pass_rule
+from course_utils.checks.engine.tracing import LoadLog
+from course_utils.checks.engine.watch import CallReport
 
 __all__ = [
     "KERNEL_NOT_LAUNCHED",

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course_utils.checks._core import CheckFailure, Mistake, _LearnerRaised, describe, worst_row
 from course_utils.checks._triton_common import (
     _as_numpy,
     _dtype_hint,
@@ -46,6 +45,10 @@ from course_utils.checks._triton_common import (
     _rules_line,
     _stage_line,
 )
+from course_utils.checks.engine.failures import CheckFailure, Mistake
+from course_utils.checks.engine.feedback import worst_row
+from course_utils.checks.engine.remote import describe
+from course_utils.checks.engine.watch import _LearnerRaised
 
 # Older released notebooks import the forward's check from here (it lives in triton_forward)
 from course_utils.checks.triton_forward import check_attention_fwd  # noqa: F401

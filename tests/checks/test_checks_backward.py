@@ -21,7 +21,8 @@ from checkhelp import as_learner, run_quietly, slug_of
 import course_utils.references.backward as B
 from course_utils.checks import CheckFailure
 from course_utils.checks import backward as C
-from course_utils.checks._core import instrumented_call, traced_loads
+from course_utils.checks.engine.rules import traced_loads
+from course_utils.checks.engine.watch import instrumented_call
 from course_utils.references.attention import attention_reference
 
 

@@ -14,7 +14,7 @@ from checkhelp import as_learner, run_quietly, slug_of
 from scipy.special import logsumexp
 
 from course_utils.checks import merge_partials as checks
-from course_utils.checks._core import CheckFailure
+from course_utils.checks.engine.failures import CheckFailure
 
 NEG_INF = -np.inf
 
@@ -404,7 +404,8 @@ def test_a_part_read_together_with_another_is_refused():
 
 def test_mistakes_that_agree_with_the_reference_are_not_named():
     """Swapping equal weights changes nothing: such an input must not name the mistake."""
-    from course_utils.checks._core import Case, diagnose
+    from course_utils.checks.engine.cases import Case
+    from course_utils.checks.engine.feedback import diagnose
 
     swapped = [m for m in checks.MERGE_MISTAKES if m.slug == "swapped-weights"]
     args = (np.array([1.0]), np.array([0.5]), np.array([3.0]), np.array([0.5]))

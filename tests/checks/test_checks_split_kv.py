@@ -21,7 +21,7 @@ from checkhelp import as_learner, run_quietly, slug_of
 
 import course_utils as cu
 from course_utils.checks import split_kv as checks
-from course_utils.checks._core import CheckFailure
+from course_utils.checks.engine.failures import CheckFailure
 from course_utils.widgets.sm_fill import sm_fill_state
 
 NEG_INF = -np.inf
@@ -391,7 +391,7 @@ def test_the_rules_see_the_notebooks_solution_as_following_them():
     """The traced loads of the solution's style: each chunk of K and V read once, in 4 reads."""
     case = checks._rule_case()
     rule = checks._chunk_reads_rule(case, "")
-    from course_utils.checks._core import instrumented_call
+    from course_utils.checks.engine.watch import instrumented_call
 
     report = instrumented_call(
         decode_own_merge, case.args, name="t", trace=(1, 2), spy=("split_kv_partials",)

@@ -17,7 +17,7 @@ from checkhelp import as_learner, run_quietly, slug_of
 import course_utils as cu
 from course_utils.checks import CheckFailure
 from course_utils.checks import tiled_forward as T
-from course_utils.checks._core import instrumented_call
+from course_utils.checks.engine.watch import instrumented_call
 from course_utils.widgets.tile_grid import FULL, MASK, SKIP, tile_kind, tile_kinds
 
 try:  # a learner's forward in torch (the memory budget refuses it); a NumPy-only lab has none
@@ -1108,7 +1108,7 @@ def test_torch_reached_without_its_name_is_seen_by_its_calls():
 def test_other_array_libraries_are_named_by_what_the_code_refers_to():
     import types
 
-    from course_utils.checks._array_libraries import libraries_named
+    from course_utils.checks.engine.array_libraries import libraries_named
 
     jnp = types.ModuleType("jax.numpy")  # JAX is not installed here: a module of that name
 
@@ -1147,7 +1147,7 @@ def test_the_budget_never_imports_torch():
     code = (
         "import sys\n"
         "from course_utils.checks import tiled_forward as T\n"
-        "from course_utils.checks._core import instrumented_call\n"
+        "from course_utils.checks.engine.watch import instrumented_call\n"
         "def numpy_forward(Q, K, V, Br=16, Bc=16, causal=False):\n"
         "    return Q @ K.T\n"
         "r = instrumented_call(numpy_forward, T._MEMORY_CASE.args, T._MEMORY_CASE.kwargs,\n"

@@ -757,7 +757,7 @@ def test_interpreter_limits_are_one_line(kernel, fix):
 
 
 def test_other_errors_are_not_called_interpreter_limits():
-    from course_utils.checks.interpreter_limits import interpreter_limit
+    from course_utils.checks.engine.interpreter_limits import interpreter_limit
 
     assert interpreter_limit("IndexError: list index out of range") is None
     case = T.KernelCase("one tile", 1, 1, 16, 16, 16, False, 16, 16)

@@ -62,7 +62,7 @@ def _function(path: str):
 
 def _classes():
     """Array subclasses that travel by name (imported lazily: each module imports this one)."""
-    from course_utils.checks.merge_partials import KeyParts
+    from course_utils.harness.key_parts import KeyParts
 
     return {"KeyParts": KeyParts}
 

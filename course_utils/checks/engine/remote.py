@@ -18,8 +18,9 @@ import importlib
 import inspect
 from pathlib import Path
 
-from course_utils.checks import _wire
-from course_utils.checks._core import CheckFailure, _LearnerRaised, instrumented_call, pick_output
+from course_utils.checks.engine import wire as _wire
+from course_utils.checks.engine.failures import CheckFailure
+from course_utils.checks.engine.watch import _LearnerRaised, instrumented_call, pick_output
 
 
 def _namespace() -> dict:
