@@ -137,7 +137,8 @@ def strip_module(source: str, module: str, keep: set[str]) -> str:
             todo += [n for n in _used(stmt) if n in definers and n not in kept]
     body = [ast.unparse(s) for s in imports]
     body.append(
-        "from course_utils.checks.engine.failures import ReferenceUnavailable as _ReferenceUnavailable\n\n"
+        "from course_utils.checks.engine.failures import ReferenceUnavailable"
+        " as _ReferenceUnavailable\n\n"
         "def _stub(name):\n"
         "    def unavailable(*args, **kwargs):\n"
         "        raise _ReferenceUnavailable(\n"

@@ -23,7 +23,7 @@ A mistake is named only when its replay (a float64 NumPy emulation of the kernel
 that one bug; float32 where the bug is an overflow) reproduces the learner's output on the failing
 case; otherwise the message says which part of the specification the case exercises. Launches
 write into NaN-filled buffers, so an element never written shows up. Nothing reaches stderr (a
-graded cell would lose its points): see triton_kernel._nothing_on_stderr.
+graded cell would lose its points): see engine.kernels._nothing_on_stderr.
 """
 
 from __future__ import annotations
@@ -36,18 +36,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course_utils.checks._triton_common import _dtype_hint
 from course_utils.checks.engine.failures import CheckFailure, Mistake
 from course_utils.checks.engine.feedback import closest_mistake, mismatch_lines
-from course_utils.checks.engine.quizzes import hinted_answer as _hinted
-from course_utils.checks.engine.remote import describe
-from course_utils.checks.engine.watch import _LearnerRaised, call_learner
-from course_utils.checks.triton_kernel import (
+from course_utils.checks.engine.kernels import (
     HALF_STATE_EXPLANATION,
     HALF_STATE_TITLE,
+    _dtype_hint,
     _nothing_on_stderr,
     _raised_failure,
 )
+from course_utils.checks.engine.quizzes import hinted_answer as _hinted
+from course_utils.checks.engine.remote import describe
+from course_utils.checks.engine.watch import _LearnerRaised, call_learner
 from course_utils.references.attention import attention_reference
 from course_utils.references.softmax import merge_partials
 

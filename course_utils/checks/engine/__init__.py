@@ -12,7 +12,8 @@ whole into a graded kernel (graders/student_build.py).
                         the values are right)
     feedback            comparisons, diagnose (which Mistake matches), the failure's lines
     quizzes             check_answer, hinted_answer, Question/Option and check_choice
-    array_libraries     torch, JAX, ... found in a NumPy exercise (the memory budget cannot see them)
+    array_libraries     torch, JAX, ... in a NumPy exercise (the memory budget cannot see them)
+    kernels             a learner's Triton kernel run by a check: its error in a few lines
     interpreter_limits  valid Triton that Triton's CPU interpreter refuses, said in one line
     wire                the wire format between a grader and the learner's process
     remote              the learner's side of a graded check: run what the grader asks

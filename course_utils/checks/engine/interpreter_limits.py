@@ -1,7 +1,7 @@
 """Valid Triton that Triton's CPU interpreter refuses: one line that says so, and how to write it.
 
 The kernel checks of notebooks 06, 08 and 09 turn a learner's raised error into a message
-(triton_kernel._raised_failure). Some errors are not the learner's mistake: the code compiles and
+(engine.kernels._raised_failure). Some errors are not the learner's mistake: the code compiles and
 runs on a GPU, but the interpreter (TRITON_INTERPRET=1, Triton 3.x on a CPU) works on NumPy
 values and refuses it. `interpreter_limit(text)` recognizes the known forms in the error's text
 and returns the line to show, or None:

@@ -1,18 +1,17 @@
-"""What notebook 06's two check modules share: the launch of a learner's kernel through a
+"""What notebook 06's checks share: the launch of a learner's kernel through a
 runner, the comparison of output buffers, and the naming of a mistake among replays that match.
 
-    _launch(name, fn, run, *args)       call_learner on a runner of course_utils.triton_attention.
-                                        puzzles; the learner's errors become CheckFailures
+    _launch(name, fn, run, *args)       call_learner on a runner of course_utils.harness.
+                                        triton_puzzles; the learner's errors become CheckFailures
     _error(yours, expected)             relative error in norm, inf where NaN/inf do not agree
     _nearest_mistake(yours, replays, tol, source=, second=)
                                         the mistake whose replay is nearest the learner's output;
                                         ties go to the other output, then to the learner's source
     _learner_source(fn)                 the learner's kernel source, as far as this process sees
-    _stage_line, _rules_line, _dtype_hint
-                                        the lines of a failure and of a pass line
+    _stage_line, _rules_line            the lines of a failure and of a pass line
+    _on_gpu, _ampere_or_newer           where the kernels run
 
-Used by triton_puzzles (the four puzzles) and triton_forward (the whole forward kernel);
-flash_decoding reuses _dtype_hint.
+Used by puzzles (the four puzzles) and forward (the whole forward kernel).
 """
 
 from __future__ import annotations
@@ -24,18 +23,9 @@ import re
 
 import numpy as np
 
-from course_utils.checks.engine.failures import CheckFailure, Mistake
+from course_utils.checks.engine.failures import CheckFailure
 from course_utils.checks.engine.feedback import _norm_distance, matches_in_norm
 from course_utils.checks.engine.watch import _LearnerRaised, call_learner
-
-DOT_DTYPE = Mistake(
-    "dot-dtype-mismatch",
-    "tl.dot gets a float32 p and a float16 (or bfloat16) v",
-    "tl.dot needs two operands of one dtype. p is float32 (it comes from exp2 of float32 "
-    "scores) and v has the input's dtype: cast p first, tl.dot(p.to(v.dtype), v). The "
-    "accumulator stays float32.",
-    None,
-)
 
 
 def _on_gpu() -> bool:
@@ -160,18 +150,11 @@ def _nearest_mistake(yours, replays, tol, *, source="", second=None):
     return found[0][0]
 
 
-def _dtype_hint(exc) -> str:
-    chain, seen = [], set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        chain.append(str(exc))
-        exc = exc.__cause__
-    if any("same dtype" in text for text in chain):
-        return (
-            f"\n  likely mistake: {DOT_DTYPE.title} [misconception: {DOT_DTYPE.slug}]\n"
-            f"  {DOT_DTYPE.explanation}"
-        )
-    return ""
+def _ampere_or_newer() -> bool:
+    """bfloat16 tl.dot and 128 x 64 tiles need an sm_80+ GPU (a Colab T4 is sm_75)."""
+    import torch
+
+    return torch.cuda.get_device_capability()[0] >= 8
 
 
 def _rules_line(rules: str) -> str:

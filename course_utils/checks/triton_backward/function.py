@@ -37,20 +37,21 @@ import numpy as np
 
 from course_utils.checks.engine.failures import CheckFailure, Mistake, misconception_slug
 from course_utils.checks.engine.feedback import matches_in_norm, worst_row
+from course_utils.checks.engine.kernels import _nothing_on_stderr, _rel_err
 from course_utils.checks.engine.remote import describe
-from course_utils.checks.triton_backward import (
+from course_utils.checks.triton_backward.emulation import (
+    emulate_backward,
+    forward64,
+    reference_grads,
+)
+from course_utils.checks.triton_backward.kernels import (
     _RUNNERS,
     BwdCase,
     _call,
     _inputs,
     _match_tolerance,
-    _nothing_on_stderr,
     _on_gpu,
-    _rel_err,
     _tolerance,
-    emulate_backward,
-    forward64,
-    reference_grads,
 )
 
 __all__ = ["FUNCTION_MISTAKES", "LEARNER_KERNELS", "check_attention_function"]

@@ -8,7 +8,7 @@ run_attention_fwd (in the notebook's kernel when a submission is graded; only te
 back) in stages (FORWARD_STAGES: one tile, batches and heads, ragged N, a strided layout,
 N_q != N_k, head dims, causal, the causal loop's bound, dtypes, no keys, random shapes, the
 float32 state) and names the first failing stage. A mistake is named when its replay
-(triton_kernel.emulate_kernel with that one bug, every tile size tried) gives the learner's
+(emulation.emulate_kernel with that one bug, every tile size tried) gives the learner's
 output; two mistakes whose replays give the same numbers (tl.exp, and log2(e) folded twice) are
 told apart by the other output (lse), then by the learner's source. Some mistakes are told by a
 second run: the batch and head offsets (_offsets_diagnose: which (b, h) are right), the launcher
@@ -17,7 +17,7 @@ interpreter (_bf16_diagnose: the same case run in float32).
 
 Some rules of the notebook leave the output right when they are broken: a load past the matrix,
 K read twice, a launcher that computes with torch. Once a case's values are right, its loads are
-judged (triton_loads), and the check counts the launches of the learner's attention_fwd_kernel
+judged (loads.py), and the check counts the launches of the learner's attention_fwd_kernel
 (on a GPU too). On a GPU the load rules are not checked, and the pass line says so.
 
 Causal attention here is the course's: query i sees keys 0..i, and causal needs N_q == N_k (the
@@ -37,9 +37,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course_utils.checks._triton_common import (
-    _as_numpy,
+from course_utils.checks.engine.failures import CheckFailure, Mistake
+from course_utils.checks.engine.feedback import mismatch_lines
+from course_utils.checks.engine.kernels import (
+    HALF_STATE_EXPLANATION,
+    HALF_STATE_TITLE,
     _dtype_hint,
+    _nothing_on_stderr,
+    _raised_failure,
+)
+from course_utils.checks.engine.watch import _LearnerRaised
+from course_utils.checks.triton_forward.common import (
+    _ampere_or_newer,
+    _as_numpy,
     _error,
     _launch,
     _learner_source,
@@ -48,23 +58,15 @@ from course_utils.checks._triton_common import (
     _rules_line,
     _stage_line,
 )
-from course_utils.checks.engine.failures import CheckFailure, Mistake
-from course_utils.checks.engine.feedback import mismatch_lines
-from course_utils.checks.engine.watch import _LearnerRaised
-from course_utils.checks.triton_kernel import (
-    HALF_STATE_EXPLANATION,
-    HALF_STATE_TITLE,
+from course_utils.checks.triton_forward.emulation import (
     KERNEL_LSE_MISTAKES,
     KERNEL_OUT_MISTAKES,
     LN2,
     LOG2E,
-    _ampere_or_newer,
-    _nothing_on_stderr,
-    _raised_failure,
     _reference_attention,
     emulate_kernel,
 )
-from course_utils.checks.triton_loads import (
+from course_utils.checks.triton_forward.loads import (
     broken,
     inside_rule,
     launches_rule,
