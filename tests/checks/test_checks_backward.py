@@ -21,6 +21,7 @@ from checkhelp import as_learner, run_quietly, slug_of
 import course_utils.references.backward as B
 from course_utils.checks import CheckFailure
 from course_utils.checks import backward as C
+from course_utils.checks.backward import mistakes as C_mistakes
 from course_utils.checks.engine.rules import traced_loads
 from course_utils.checks.engine.watch import instrumented_call
 from course_utils.references.attention import attention_reference
@@ -379,7 +380,7 @@ def test_the_fixed_cases_of_each_stage_come_smallest_first():
 
 def _learner(bug):
     def fn(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
-        return C._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug=bug)
+        return C_mistakes._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug=bug)
 
     fn.__course_test_double__ = True  # a replay of the module, with a learner's signature
     return fn
@@ -474,7 +475,7 @@ def test_calling_the_course_reference_is_refused():
     [
         lambda *a, **k: C._tiled_backward(*a, **k),
         lambda *a, **k: C._tiled_backward(*a, **k, keys_outside=False),
-        lambda *a, **k: C._backward_variant(*a, **k, bug="none"),
+        lambda *a, **k: C_mistakes._backward_variant(*a, **k, bug="none"),
         lambda *a, **k: C._reference_backward(*a, **k),
     ],
     ids=["tiled", "queries-outside", "variant-none", "oracle"],
@@ -585,8 +586,8 @@ def test_two_mistakes_at_once_name_the_one_in_dV_first():
     """forgot-D leaves dV right; a missing transpose of P shows in dV, the first round."""
 
     def two_bugs(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
-        dQ, dK, _ = C._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="forgot-D")
-        dV = C._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="dv-no-transpose")[2]
+        dQ, dK, _ = C_mistakes._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="forgot-D")
+        dV = C_mistakes._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="dv-no-transpose")[2]
         return dQ, dK, dV
 
     with pytest.raises(CheckFailure, match=r"\[misconception: missing-transpose\]"):
@@ -1007,7 +1008,7 @@ def test_the_skip_rule_leaves_room_between_the_two_kinds_of_loop():
 # ---- messages ------------------------------------------------------------------------------
 def test_failure_names_the_smallest_input_and_shows_both_values_in_a_few_lines():
     def forgot_d(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
-        return C._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="forgot-D")
+        return C_mistakes._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="forgot-D")
 
     forgot_d.__course_test_double__ = True  # a replay of the module, with a learner's signature
     with pytest.raises(CheckFailure) as info:

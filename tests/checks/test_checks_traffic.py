@@ -16,6 +16,8 @@ from checkhelp import as_learner, run_quietly, slug_of
 
 import course_utils as cu
 from course_utils.checks import hbm_traffic as checks
+from course_utils.checks.hbm_traffic import replay as checks_replay
+from course_utils.checks.hbm_traffic import loops as checks_loops
 from course_utils.checks.engine.failures import CheckFailure
 from course_utils.references.memory import CountingMemory
 
@@ -391,11 +393,11 @@ def test_students_loops_that_break_a_rule_are_named(loop, slug):
 def test_the_rule_breakers_have_the_right_counts():
     """Without the rules, the loops that store O at the end or stream K/V first look right."""
     for loop in (store_all_of_o_at_the_end, stream_kv_before_q, store_o_before_the_stream):
-        mem = checks.fresh_memory(64, 8, rules=False)
+        mem = checks_replay.fresh_memory(64, 8, rules=False)
         loop(mem, 64, 8, 8, 8)
         assert mem.traffic() == good_flash(64, 8, 8)
         with pytest.raises(cu.memory.ThreadBlockError):
-            loop(checks.fresh_memory(64, 8), 64, 8, 8, 8)
+            loop(checks_replay.fresh_memory(64, 8), 64, 8, 8, 8)
 
 
 def test_a_kv_tile_one_row_short_is_not_called_kv_read_once():
@@ -496,7 +498,7 @@ def test_faking_the_memory_does_not_pass(loop, slug):
 
 
 def test_the_counters_cannot_be_written():
-    mem = checks.fresh_memory(4, 2)
+    mem = checks_replay.fresh_memory(4, 2)
     for name in ("reads", "writes", "total_reads", "total_elements", "M", "compute", "on_chip"):
         with pytest.raises(AttributeError):
             setattr(mem, name, 0)
@@ -533,7 +535,7 @@ def test_calling_the_reference_is_refused():
     assert slug_of(info.value) == "calls-reference"
     with pytest.raises(CheckFailure) as info:  # the check's own rule-following loop
         checks.check_count_flash_forward(
-            lambda mem, N, d, Br, Bc: checks._loop_fa2(mem, N, d, Br, Bc)
+            lambda mem, N, d, Br, Bc: checks_loops._loop_fa2(mem, N, d, Br, Bc)
         )
     assert slug_of(info.value) == "calls-reference"
     with pytest.raises(CheckFailure) as info:
@@ -542,7 +544,7 @@ def test_calling_the_reference_is_refused():
 
 
 def test_the_allowed_methods_are_the_memorys_and_run_nothing_whole():
-    allowed = set(checks._MEMORY_METHODS)
+    allowed = set(checks_replay._MEMORY_METHODS)
     assert not allowed & {"count_flash_attention", "_flash2", "_flash1", "__init__"}
     api = {n for n in dir(CountingMemory) if not n.startswith("_")} | {"__repr__", "_repr_html_"}
     assert api <= allowed, api - allowed
@@ -579,7 +581,7 @@ def test_a_crash_is_reported_with_its_input():
 
 
 def test_fresh_memory_and_budget():
-    mem = checks.fresh_memory(10, 3, M=50)
+    mem = checks_replay.fresh_memory(10, 3, M=50)
     assert [t.shape for t in mem.counts.values()] == [(10, 3)] * 4
     assert list(mem.counts) == ["Q", "K", "V", "O"]
     assert all(t.itemsize == 2 for t in mem.counts.values()) and mem.total_elements == 0
@@ -592,13 +594,13 @@ def test_fresh_memory_and_budget():
 def test_the_checks_own_loop_follows_every_rule_and_counts_what_the_course_counts(seed):
     for case in checks._count_cases(seed, 10):
         N, d, Br, Bc = checks._sizes(case)
-        mem = checks.fresh_memory(N, d, checks.tile_budget(d, Br, Bc))
+        mem = checks_replay.fresh_memory(N, d, checks.tile_budget(d, Br, Bc))
         start = len(mem.operations)
-        checks._loop_fa2(mem, N, d, Br, Bc)
+        checks_loops._loop_fa2(mem, N, d, Br, Bc)
         replay = checks._replay(mem.operations[start:], case)
         assert replay.breach is None and replay.tiles_ok
         course = cu.count_flash_attention(N=N, d=d, Br=Br, Bc=Bc).mem
-        assert replay.counts == checks._counts(course) == checks._expected(case)
+        assert replay.counts == checks_replay._counts(course) == checks._expected(case)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,10 +35,10 @@ import math
 
 import numpy as np
 
+from course_utils.checks.engine.display import describe
 from course_utils.checks.engine.failures import CheckFailure, Mistake, misconception_slug
 from course_utils.checks.engine.feedback import matches_in_norm, worst_row
 from course_utils.checks.engine.kernels import _nothing_on_stderr, _rel_err
-from course_utils.checks.engine.remote import describe
 from course_utils.checks.triton_backward.emulation import (
     emulate_backward,
     forward64,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from course_utils.checks.engine.display import describe
 from course_utils.checks.engine.failures import CheckFailure
 from course_utils.checks.engine.feedback import worst_row
 from course_utils.checks.engine.kernels import (
@@ -24,7 +25,6 @@ from course_utils.checks.engine.kernels import (
     _nothing_on_stderr,
     _raised_failure,
 )
-from course_utils.checks.engine.remote import describe
 from course_utils.checks.engine.watch import _LearnerRaised
 from course_utils.checks.triton_forward.common import (
     _as_numpy,
