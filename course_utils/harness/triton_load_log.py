@@ -14,8 +14,8 @@ guard of bounds.py, which sees every tl.load first) while the kernels it launche
                  not an element of the view: the guard band the runners allocate around it
 
 `LoadRecorder.summary()` is plain data (numbers, strings, arrays: it travels from a notebook's
-kernel to a grader), read by course_utils.checks.triton_forward.loads. On a GPU there is no interpreter
-and nothing is recorded: summary() says so with {"recorded": False}.
+kernel to a grader), read by course_utils.checks.triton_forward.loads. On a GPU there is no
+interpreter and nothing is recorded: summary() says so with {"recorded": False}.
 """
 
 from __future__ import annotations

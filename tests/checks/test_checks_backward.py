@@ -586,8 +586,9 @@ def test_two_mistakes_at_once_name_the_one_in_dV_first():
     """forgot-D leaves dV right; a missing transpose of P shows in dV, the first round."""
 
     def two_bugs(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
-        dQ, dK, _ = C_mistakes._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="forgot-D")
-        dV = C_mistakes._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="dv-no-transpose")[2]
+        variant = C_mistakes._backward_variant
+        dQ, dK, _ = variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="forgot-D")
+        dV = variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="dv-no-transpose")[2]
         return dQ, dK, dV
 
     with pytest.raises(CheckFailure, match=r"\[misconception: missing-transpose\]"):

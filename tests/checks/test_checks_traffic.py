@@ -16,9 +16,9 @@ from checkhelp import as_learner, run_quietly, slug_of
 
 import course_utils as cu
 from course_utils.checks import hbm_traffic as checks
-from course_utils.checks.hbm_traffic import replay as checks_replay
-from course_utils.checks.hbm_traffic import loops as checks_loops
 from course_utils.checks.engine.failures import CheckFailure
+from course_utils.checks.hbm_traffic import loops as checks_loops
+from course_utils.checks.hbm_traffic import replay as checks_replay
 from course_utils.references.memory import CountingMemory
 
 
