@@ -1,14 +1,14 @@
 """The course package as a graded notebook's kernel sees it: every answer taken out.
 
-While a submission is graded, its kernel imports a copy of course_utils in which every function
-that computes an exercise's answer (the references, the figures' helpers, the checks' own cases,
-replays and private helpers, the Triton kernels) is a stub that raises ReferenceUnavailable, and
-whose source is not there to read (no `inspect.getsource` then `exec`). What a learner's code may
-use stays whole: the instrumentation the grader talks to (checks/engine), input
-validation, the CountingMemory of notebook 04, the KeyParts of notebook 02, the hardware facts of
-the roofline module, the Triton skeletons of notebooks 06, 08 and 09, the launchers of notebook
-06's puzzles and the ring plumbing of notebook 10 (ring_comm: processes, RingComm, the runner;
-ring_guard: what a rank may use).
+While a submission is graded, its kernel imports a copy of course_utils in which every function that
+computes an exercise's answer (the references, the figures' helpers, the checks' own cases, replays
+and private helpers, the Triton kernels) is a stub that raises ReferenceUnavailable, and whose
+source is not there to read (no `inspect.getsource` then `exec`). What a learner's code may use
+stays whole: the checks' engine (checks/engine: the instrumentation the grader talks to), input
+validation, the CountingMemory of notebook 04, the KeyParts of notebook 02 and notebook 11's
+check_backend (harness), the hardware facts of the roofline module, the Triton skeletons of
+notebooks 06, 08 and 09, the launchers of notebook 06's puzzles and the ring plumbing of notebook 10
+(ring_comm: processes, RingComm, the runner; ring_guard: what a rank may use).
 Names stay importable, so a notebook's imports work and only a call into an answer fails, named
 `calls-reference` by the check.
 

@@ -36,6 +36,9 @@ on a case of its own (see _backward_rules):
 
 The inputs are read-only copies: `dP -= D`, `Q *= tau` or guarding lse in place is named
 `mutates-input`, with the argument.
+
+This package's parts: mistakes.py (exercise 2's float64 references and buggy backwards), quick.py
+(the quick checks). The check functions the notebook imports are all here.
 """
 
 from __future__ import annotations

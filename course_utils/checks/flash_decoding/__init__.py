@@ -24,6 +24,10 @@ that one bug; float32 where the bug is an overflow) reproduces the learner's out
 case; otherwise the message says which part of the specification the case exercises. Launches
 write into NaN-filled buffers, so an element never written shows up. Nothing reaches stderr (a
 graded cell would lose its points): see engine.kernels._nothing_on_stderr.
+
+This package's parts: compare.py (comparisons and failure lines), merge_splits.py (exercise 2,
+check_merge_splits), quick.py (the quick checks). The check functions the notebook imports are all
+here.
 """
 
 from __future__ import annotations

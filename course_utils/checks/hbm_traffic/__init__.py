@@ -38,6 +38,10 @@ Then the counts (reads of Q, K, V, writes of O, any other traffic, the total) ar
 the formula. A broken rule or a wrong count is matched against the buggy loops (COUNT_MISTAKES):
 one is named only when it behaves exactly as the learner's loop (the same first broken rule and
 the same counts) on the failing case and on four small fixed cases.
+
+This package's parts: replay.py (exercise 2's cases, the learner's loop replayed on the check's own
+memory), loops.py (the buggy loops and their mistakes), quick.py (the quick checks). The check
+functions the notebook imports are all here.
 """
 
 from __future__ import annotations

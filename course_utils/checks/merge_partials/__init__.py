@@ -23,6 +23,9 @@ No memory budget: the forbidden array is the Nq x Nk score matrix, but a correct
 K and V first (np.asarray(K, dtype=float), K.astype(...)), which is Nk x d, more than the scores
 whenever d >= Nq; no budget can lie 10x below the one and above the other. The loads see the
 reads themselves, which is what the rule is about.
+
+This package's parts: mistakes.py (the buggy merges and MERGE_MISTAKES). The check functions the
+notebook imports are all here.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each check runs the learner's function on the notebook's worked examples first, then on edge
 cases (a huge score, -inf entries, a row that is all -inf, an empty stream), then on random
-inputs. The buggy functions below are the misconceptions a check can name; the cases are ordered
+inputs. The buggy functions (mistakes.py) are the misconceptions a check can name; cases are ordered
 so that each bug first fails on an input where only its own buggy function matches:
 
     the scores s = (2, 4, 1, 3) of quick check 4 (block 2 does not raise the max) separate
@@ -27,6 +27,9 @@ float64 copy of float32 scores), and that copy is as large as the row-sized temp
 forbids (np.exp(x - m) is one row of the same size), so no budget can be 10x below the forbidden
 array and above every correct answer. The loads are what certify streaming: they see the reads
 themselves, whatever is allocated.
+
+This package's parts: mistakes.py (the float64 references and the buggy implementations, with the
+rule-breaking ones). The check functions the notebook imports are all here.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ Two rules hold once every value is right (the notebook states them):
     split_kv_decode     the decode is made of the learner's own split_kv_partials, called with
                         the decode's num_splits (a spy), and of the merge: it too reads K and V
                         only chunk by chunk, so a plain softmax over all the keys is refused.
+
+This package's parts: mistakes.py (the buggy partials and merges, the named mistakes, the
+references). The check functions the notebook imports are all here.
 """
 
 from __future__ import annotations

@@ -26,6 +26,9 @@ mask, no K/V tile above the diagonal read (loads bounded by the check's own tile
 The learner's function gets read-only copies of its inputs (an in-place `Q *= tau` is named
 `mutates-input`), and any call into course_utils from it (the notebook imports `tile_kinds`, whose
 answer is exercise 1's) is named `calls-reference`.
+
+This package's parts: mistakes.py (exercise 2's float64 reference and buggy forwards), quick.py (the
+quick checks). The check functions the notebook imports are all here.
 """
 
 from __future__ import annotations
