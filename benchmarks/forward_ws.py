@@ -146,7 +146,7 @@ def run_hopper_grid(module: str, description: str, argv, bench_point, table, tit
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     parser.add_argument("--rounds", type=int, default=3, help="timings after the first")
     parser.add_argument("--out", type=Path, default=HERE / "out")
-    parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--results", type=Path, default=HERE.parent / "docs" / "journal.md")
     args = parser.parse_args(argv)
     command = f"python -m benchmarks.{module} " + shlex.join(sys.argv[1:] if argv is None else argv)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     parser.add_argument("--calls", type=int, default=200, help="calls in a row for `host`")
     parser.add_argument("--out", type=Path, default=HERE / "out")
-    parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--results", type=Path, default=HERE.parent / "docs" / "journal.md")
     args = parser.parse_args(argv)
     if args.calls < 1:
         parser.error(f"--calls must be at least 1, got {args.calls}")

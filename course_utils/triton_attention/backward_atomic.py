@@ -19,7 +19,7 @@ the end, and a sum whose order is not fixed (dQ may differ between two runs in i
     FlashAttentionTmaDQ      the same with tma=True
 
 A benchmark variant (issue 19), not the kernel the notebooks teach, and measured slower than the
-course backward on an H200 (benchmarks/RESULTS.md, "Backward variants"): thread atomics at 0.91 of
+course backward on an H200 (docs/journal.md, "Backward variants"): thread atomics at 0.91 of
 it, TMA reduce-adds at 0.96 (geometric means over 12 points), so the autograd function keeps the
 three kernels.
 """

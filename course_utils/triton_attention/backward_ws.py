@@ -41,7 +41,7 @@ per key tile (by the TMA, in L2; twice without dq_split), then scaled and cast o
 takes: `forward_ws.supported` (Hopper, float16 or bfloat16, d 64 or 128, contiguous, lengths
 multiples of 128).
 
-Measured on the H200 (benchmarks/RESULTS.md, "Gluon backward" runs 1 to 9, each variant against the
+Measured on the H200 (docs/journal.md, "Gluon backward" runs 1 to 9, each variant against the
 others, the course backward and SDPA's in one run): the TMA reduce-add made it 1.12 to 1.36 times
 faster than with the threads' atomics; lse and D through the TMA 1.04 to 1.23 times; 128-query
 steps at d = 64 1.01 to 1.07 times; the lagged dQ 1.00 to 1.17 times where it is the default.
@@ -788,13 +788,13 @@ def launch_options(
 
 def block_m_default(d: int) -> int:
     """Query rows per step at head dimension d: 128 at d = 64 (up to 1.07 times as fast as 64
-    in Gluon backward run 7, benchmarks/RESULTS.md), 64 at d = 128 (128 does not fit)."""
+    in Gluon backward run 7, docs/journal.md), 64 at d = 128 (128 does not fit)."""
     return 128 if d == 64 else BLOCK_M
 
 
 def dq_lag_default(d: int, causal: bool) -> bool:
     """Whether each step's dQ comes one step late from two dS^T buffers: at d = 64, and at
-    d = 128 with the mask (Gluon backward run 9, benchmarks/RESULTS.md: 1.00 to 1.11 times the
+    d = 128 with the mask (Gluon backward run 9, docs/journal.md: 1.00 to 1.11 times the
     best unlagged variant at d = 64, 1.06 to 1.17 times at d = 128 with the mask). At d = 128
     without the mask it lost (0.96 to 0.98 times the shared dS^T without the lag)."""
     return d == 64 or causal
@@ -817,7 +817,7 @@ def dq_split_default(d: int, causal: bool, dq_lag: bool = False) -> bool:
 
 def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """Whether the autograd function should run this kernel rather than the course backward: it
-    takes the shape, and it was the faster of the two on the H200 there (benchmarks/RESULTS.md,
+    takes the shape, and it was the faster of the two on the H200 there (docs/journal.md,
     Gluon backward run 9): from 2k keys (at 4k and 16k 1.03 to 1.32 times the course backward),
     and at 1k keys at d = 128 (1.17 times without the mask; with it 269 against 252 TFLOP/s in
     rotating rounds, 2026-12-04, where run 9's single timings had the course ahead). At 1k keys

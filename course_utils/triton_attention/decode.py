@@ -62,7 +62,7 @@ NOMINAL_SMS = 132  # an H100's SM count: the model's GPU when there is none (the
 MIN_ROWS = 16  # tl.dot needs at least 16 rows: a group of query heads is padded up to this
 
 # Three regimes, timed on the H200 with CUDA graph replays (2026-12-02 and 03,
-# benchmarks/RESULTS.md: decode runs 3 to 8, the sweeps, and the large-page runs).
+# docs/journal.md: decode runs 3 to 8, the sweeps, and the large-page runs).
 DEFAULT_TUNING = {  # batch * kv_heads >= SMs: the grid fills the GPU with little or no split
     "tile_tokens": 64,  # BLOCK_N unless pages_per_tile or tile_tokens is given
     "num_warps": 4,
@@ -89,8 +89,9 @@ FEW_SEQUENCES_TUNING = {
 # batch * kv_heads < SMs, pages of 64 tokens or more: a 64-token tile lies inside one page, so
 # each tile needs one table entry (a scalar load: 80 registers, against 116 when a 64-token tile
 # spans four 16-token pages), and 3 stages hold a tile in flight (39 KB, 5 programs per SM).
-# Measured on the H200 at batch 1, 32 KV heads (RESULTS.md, "Decode: 64-token tiles inside large
-# pages"): 1.00-1.01 of cuDNN at 8k in four cache layouts where FEW_SEQUENCES_TUNING read 0.98-1.00.
+# Measured on the H200 at batch 1, 32 KV heads (docs/journal.md, "Decode: 64-token tiles inside
+# large pages"): 1.00-1.01 of cuDNN at 8k in four cache layouts where FEW_SEQUENCES_TUNING read
+# 0.98-1.00.
 FEW_SEQUENCES_LARGE_PAGES_TUNING = {
     "tile_tokens": 64,
     "num_warps": 4,

@@ -257,7 +257,7 @@ INTERPRETER_CONFIG = make_config(block_m=64, block_n=32, num_warps=4, num_stages
 """The one configuration used in the interpreter (autotuning needs a GPU)."""
 
 # Autotuning sets, (BLOCK_M, BLOCK_N, num_warps, num_stages, maxnreg), picked from sweeps on an
-# H200 (benchmarks/RESULTS.md). Each family is what suits one class of (d, dtype).
+# H200 (docs/journal.md). Each family is what suits one class of (d, dtype).
 CONFIG_FAMILIES = {
     "d<=64": [
         (128, 128, 8, 2, 128),  # two programs per SM

@@ -212,7 +212,7 @@ class TileConfig(_Tiles):
     The cap is not an item of the tuple, so `bm, bn, warps, stages = config` reads the four; it is
     what lets two or three programs share a multiprocessor (a program of 8 warps at 193
     registers a thread fills one SM of Hopper alone; at 128 two fit). Notebook 06's forward on an
-    H200 ran 1.1 to 1.5 times as fast with it as without (benchmarks/RESULTS.md, "register
+    H200 ran 1.1 to 1.5 times as fast with it as without (docs/journal.md, "register
     cap"). Pass it to the launch with the rest: `kernel[grid](..., **config.launch_options())`.
     """
 
