@@ -17,6 +17,7 @@ from checkhelp import as_learner, run_quietly, slug_of
 import course_utils as cu
 from course_utils.checks import hbm_traffic as checks
 from course_utils.checks.engine.failures import CheckFailure
+from course_utils.checks.hbm_traffic import exercises as checks_exercises
 from course_utils.checks.hbm_traffic import loops as checks_loops
 from course_utils.checks.hbm_traffic import replay as checks_replay
 from course_utils.references.memory import CountingMemory
@@ -300,18 +301,18 @@ def test_the_checks_are_fast():
 
 
 def test_cases_start_small_and_cover_the_edge_cases():
-    std = checks._standard_cases(0, 3)
+    std = checks_exercises._standard_cases(0, 3)
     assert std[0].args == (3, 2)
     assert any(d > N for N, d in (c.args for c in std))
     assert any(N >= 2**20 for N, _ in (c.args for c in std))
-    flash = [c.args for c in checks._flash_cases(0, 3)]
+    flash = [c.args for c in checks_exercises._flash_cases(0, 3)]
     assert flash[0] == (6, 2, 2)
     assert any(N % Br for N, _, Br in flash)  # ragged
     assert any(N % Br == 1 and N > Br for N, _, Br in flash)  # a last tile of one row
     assert any(Br > N for N, _, Br in flash) and any(Br == N for N, _, Br in flash)
     assert any(Br == 1 for _, _, Br in flash) and (1, 1, 1) in flash
     assert (16384, 64, 128) in flash and (10, 4, 4) in flash  # the notebook's examples
-    loops = [c.kwargs for c in checks._count_cases(0, 3)]
+    loops = [c.kwargs for c in checks_exercises._count_cases(0, 3)]
     assert loops[0] == {"N": 4, "d": 2, "Br": 2, "Bc": 2}
     assert any(k["Br"] != k["Bc"] for k in loops)
     assert any(k["N"] % k["Br"] and k["N"] % k["Bc"] for k in loops)
@@ -326,9 +327,8 @@ def test_cases_start_small_and_cover_the_edge_cases():
 
 
 def test_labels_speak_of_the_notebook():
-    cases = (
-        checks._standard_cases(0, 0) + checks._flash_cases(0, 0) + checks._count_cases(0, 0)
-    )  # fmt: skip
+    ex = checks_exercises
+    cases = ex._standard_cases(0, 0) + ex._flash_cases(0, 0) + ex._count_cases(0, 0)
     for case in cases:
         assert not any(w in case.label.lower() for w in ("lesson", "textbook", "recall")), case
         assert case.focus
@@ -592,15 +592,15 @@ def test_fresh_memory_and_budget():
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_checks_own_loop_follows_every_rule_and_counts_what_the_course_counts(seed):
-    for case in checks._count_cases(seed, 10):
-        N, d, Br, Bc = checks._sizes(case)
+    for case in checks_exercises._count_cases(seed, 10):
+        N, d, Br, Bc = checks_exercises._sizes(case)
         mem = checks_replay.fresh_memory(N, d, checks.tile_budget(d, Br, Bc))
         start = len(mem.operations)
         checks_loops._loop_fa2(mem, N, d, Br, Bc)
-        replay = checks._replay(mem.operations[start:], case)
+        replay = checks_exercises._replay(mem.operations[start:], case)
         assert replay.breach is None and replay.tiles_ok
         course = cu.count_flash_attention(N=N, d=d, Br=Br, Bc=Bc).mem
-        assert replay.counts == checks_replay._counts(course) == checks._expected(case)
+        assert replay.counts == checks_replay._counts(course) == checks_exercises._expected(case)
 
 
 # ---------------------------------------------------------------------------------------------
