@@ -9,6 +9,7 @@ from course_utils.checks.merge_partials.exercises import (
     LN,
     MERGE_NOT_USED,
     NEG_INF,
+    PARTS_MISTAKES,
     PARTS_RULE_MISTAKES,
     check_attention_by_parts,
     check_merge_partials,
@@ -16,8 +17,11 @@ from course_utils.checks.merge_partials.exercises import (
     check_quick_merge_second,
     check_quick_merged_lse,
 )
+from course_utils.checks.merge_partials.mistakes import MERGE_MISTAKES
 
 __all__ = [
+    "PARTS_MISTAKES",
+    "MERGE_MISTAKES",
     "FULL_SOFTMAX",
     "LN",
     "MERGE_NOT_USED",

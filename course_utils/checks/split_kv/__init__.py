@@ -5,6 +5,7 @@ mistakes.py (the buggy partials and merges, the named mistakes, the references).
 """
 
 from course_utils.checks.split_kv.exercises import (
+    GRID_MISTAKES,
     LN,
     NEG_INF,
     NUM_SMS,
@@ -16,8 +17,12 @@ from course_utils.checks.split_kv.exercises import (
     check_split_kv_decode,
     check_split_kv_partials,
 )
+from course_utils.checks.split_kv.mistakes import DECODE_MISTAKES, PARTIALS_MISTAKES
 
 __all__ = [
+    "PARTIALS_MISTAKES",
+    "DECODE_MISTAKES",
+    "GRID_MISTAKES",
     "LN",
     "NEG_INF",
     "NUM_SMS",
