@@ -457,13 +457,17 @@ def test_the_pass_line_names_the_stages():
 def test_calling_the_course_reference_is_refused():
     with pytest.raises(CheckFailure, match=r"\[misconception: calls-reference\]"):
         C.check_flash_attention_backward(B.flash_attention_backward)
-    with pytest.raises(CheckFailure, match=r"calls course_utils\.backward\.flash_attention_back"):
+    with pytest.raises(
+        CheckFailure, match=r"calls course_utils\.references\.backward\.flash_attention_back"
+    ):
         C.check_flash_attention_backward(
             lambda Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False: B.flash_attention_backward(
                 Q, K, V, O, dO, lse, Br, Bc, causal
             )
         )
-    with pytest.raises(CheckFailure, match=r"calls course_utils\.backward\.attention_backward"):
+    with pytest.raises(
+        CheckFailure, match=r"calls course_utils\.references\.backward\.attention_backward"
+    ):
         C.check_flash_attention_backward(
             lambda Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False: B.attention_backward_reference(
                 Q, K, V, dO, causal

@@ -20,7 +20,7 @@ from course_utils.checks.engine.failures import CheckFailure
 from course_utils.checks.hbm_traffic import exercises as checks_exercises
 from course_utils.checks.hbm_traffic import loops as checks_loops
 from course_utils.checks.hbm_traffic import replay as checks_replay
-from course_utils.references.memory import CountingMemory
+from course_utils.references.memory import CountingMemory, ThreadBlockError
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,7 +396,7 @@ def test_the_rule_breakers_have_the_right_counts():
         mem = checks_replay.fresh_memory(64, 8, rules=False)
         loop(mem, 64, 8, 8, 8)
         assert mem.traffic() == good_flash(64, 8, 8)
-        with pytest.raises(cu.memory.ThreadBlockError):
+        with pytest.raises(ThreadBlockError):
             loop(checks_replay.fresh_memory(64, 8), 64, 8, 8, 8)
 
 
