@@ -307,11 +307,16 @@ def broken_by(assignment: str, ex: Exercise, root: Path = pipeline.REPO) -> set[
     exercise whose solution or test calls it (attention_by_parts calls merge_partials)."""
     sol = _solution(assignment, root)
     uses = re.compile(rf"\b{re.escape(ex.function)}\b")
+    # an import of the notebook's checks (course_utils.checks.merge_partials) is no call
+    checks_import = re.compile(r"^from course_utils\.checks[\w.]* import .*$", re.M)
     failing = set(ex.tests)
     for later in exercises(assignment, root):
         if later.answer == ex.answer:
             continue
-        texts = [source_text(_cell(sol, g).source) for g in (later.answer, *later.tests)]
+        texts = [
+            checks_import.sub("", source_text(_cell(sol, g).source))
+            for g in (later.answer, *later.tests)
+        ]
         if any(uses.search(t) for t in texts):
             failing |= set(later.tests)
     return failing
