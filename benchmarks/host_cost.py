@@ -57,9 +57,10 @@ def bench_us(fn) -> float:
 
 def paths(d: int, causal: bool, n: int, batch: int, heads: int) -> dict:
     """{name: zero-argument call} at one point; a None call: the path does not take the shape."""
-    from course_utils.triton_attention import autograd, backward_ws, flash_attention, forward_ws
+    from course_utils.triton_attention import autograd, flash_attention
     from course_utils.triton_attention.backward import flash_attention_bwd
     from course_utils.triton_attention.forward import launch_flash_attention_fwd
+    from course_utils.triton_attention.hopper import backward_ws, forward_ws
 
     gen = torch.Generator(device="cuda").manual_seed(1000 * d + 10 * int(causal) + n)
     q, k, v, do = (

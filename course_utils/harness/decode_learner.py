@@ -40,12 +40,15 @@ import re
 import traceback
 
 import torch
-import triton  # course_utils.triton_attention, imported first, has set up the interpreter
+
+from course_utils.harness.triton_interpreter import INTERPRETER  # first: before triton
+
+# isort: split
+import triton
 import triton.language as tl
 
 from course_utils.harness.triton_bounds import OutOfBoundsError
 from course_utils.harness.triton_learner import check_learner_function
-from course_utils.triton_attention import INTERPRETER
 from course_utils.triton_attention.decode import (
     LOG2E,
     MAX_SPLITS,

@@ -51,7 +51,7 @@ import triton
 import triton.language as tl
 
 from course_utils._validate import softmax_scale_or_default
-from course_utils.triton_attention import INTERPRETER
+from course_utils.harness.triton_interpreter import INTERPRETER
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 LN2 = 0.6931471805599453  # ln(2): a base-2 logarithm times LN2 is a natural one

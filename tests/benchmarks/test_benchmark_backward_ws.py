@@ -17,7 +17,7 @@ def test_variants_per_head_dim():
     """Every variant names a launch the kernel takes: known options, buffers that fit."""
     import inspect
 
-    from course_utils.triton_attention import backward_ws as bws
+    from course_utils.triton_attention.hopper import backward_ws as bws
 
     options = set(inspect.signature(bws.flash_attention_bwd_ws).parameters)
     for d in (64, 128):

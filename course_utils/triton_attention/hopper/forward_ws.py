@@ -1,6 +1,6 @@
 """A warp-specialized FlashAttention forward for Hopper (sm_90), written in Gluon.
 
-The teaching kernel (`forward.py`) is one program of identical warps that issue their own loads
+The teaching kernel (`../forward.py`) is one program of identical warps that issue their own loads
 and wait for them. This variant splits each program's warps by job, as FlashAttention-3 (Shah
 et al., 2024) does:
 
@@ -413,7 +413,8 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
 
 
 def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
-    """Whether the autograd function should run this kernel rather than the teaching one: it
+    """Whether `flash_attention` (kernels="auto") should run this kernel rather than the teaching
+    one (`autograd.pick_kernel` asks): it
     takes the shape, and it was the faster of the two there on the H200 (docs/journal.md,
     Gluon forward run 6: 1.02 to 1.33 times the teaching kernel at every point but causal d = 64
     at 1k keys, where it lost with one program an SM, 273 against 299 TFLOP/s, and wins with two,
@@ -591,12 +592,12 @@ def compile_for_sm90(
     pingpong: bool = False,
     programs_per_sm: int = 1,
 ):
-    """Compile the kernel for sm_90 here, without a GPU (`targets.compile_for`).
+    """Compile the kernel for sm_90 here, without a GPU (`cross_compile.compile_for`).
 
-    Returns targets.Compiled (shared_bytes, n_regs, spill_bytes, ptx, cubin): proof on a CPU
+    Returns cross_compile.Compiled (shared_bytes, n_regs, spill_bytes, ptx, cubin): proof on a CPU
     machine that the kernel builds for Hopper, with its shared memory and registers.
     """
-    from course_utils.triton_attention.targets import compile_for
+    from course_utils.triton_attention.cross_compile import compile_for
 
     if d not in HEAD_DIMS or dtype not in _GL_DTYPES:
         raise ValueError(f"d must be one of {HEAD_DIMS} and dtype float16 or bfloat16")
