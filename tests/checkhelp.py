@@ -7,7 +7,7 @@ import io
 import warnings
 
 from course_utils.checks import CheckFailure
-from course_utils.checks._core import misconception_slug
+from course_utils.checks.engine.failures import misconception_slug
 
 
 def as_learner(fn):

@@ -15,10 +15,10 @@
 
 The learner's function is called with torch tensors (float64, so that a wrong merge of the heads
 is far outside rounding) and a backend: a NAME, or check_backend, the check's own function
-(sent to a graded kernel by name, _wire.travels). The learner's code turns it into a function with
-references.gpt.resolve_attention, which the check allows (with the backends it returns). Every
-verdict comes from the values the block returns: a mistake is named when its replay, run here,
-gives the learner's output on the failing case.
+(harness.capstone_backend; sent to a graded kernel by name, engine.wire.travels). The learner's
+code turns it into a function with references.gpt.resolve_attention, which the check allows
+(with the backends it returns). Every verdict comes from the values the block returns: a mistake
+is named when its replay, run here, gives the learner's output on the failing case.
 """
 
 from __future__ import annotations
@@ -27,8 +27,15 @@ import math
 
 import numpy as np
 
-from course_utils.checks._core import Case, Mistake, hinted_answer, run_cases
-from course_utils.checks._wire import travels
+from course_utils.checks.engine.cases import Case, run_cases
+from course_utils.checks.engine.failures import Mistake
+from course_utils.checks.engine.quizzes import hinted_answer
+from course_utils.harness.capstone_backend import (
+    _attend,
+    _sharp_attend,
+    _torch,
+    check_backend,
+)
 
 __all__ = [
     "BLOCK_MISTAKES",
@@ -53,61 +60,11 @@ ALLOWED = (
 # ---------------------------------------------------------------------------------------------
 
 
-def _torch():
-    import torch
-
-    return torch
-
-
-def _attend(q, k, v, causal):
-    """float64 causal attention of (B, H, N, d) tensors, scale 1/sqrt(d), in the check's own
-    torch ops (the replays must not depend on the backend the learner is given)."""
-    torch = _torch()
-    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    if causal:
-        n = s.shape[-1]
-        s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), -math.inf)
-    return torch.softmax(s, dim=-1) @ v
-
-
-# the check's backend multiplies the scores by 3: a softmax of its own (not 2: with d = 4, a q
-# divided by sqrt(d) before it would give naive attention back)
-BACKEND_SHARPNESS = 3.0
-
-
-def _sharp_attend(q, k, v, causal):
-    """What the check's backend returns: causal attention of scores 3 q k^T / sqrt(d)."""
-    return _attend(q * BACKEND_SHARPNESS, k, v, causal)
-
-
 def _attend_for(attention):
     """The check's own computation of what the backend `attention` returns when called as the
     course's kernel requires (a name: attention itself, the backends agree in float64;
     check_backend: the sharper softmax)."""
     return _sharp_attend if attention is check_backend else _attend
-
-
-def _misused(q, k, v):
-    """What check_backend returns when it is not called on (B, H, N, d) tensors with
-    causal=True: causal attention of the negated scores, far from every other replay."""
-    return _attend(-q, k, v, True)
-
-
-@travels
-def check_backend(q, k, v, causal):
-    """The check's own backend, attention(q, k, v, causal) -> out of shape (B, H, N, d).
-
-    Called as the course's kernel requires (q, k, v of shape (B, H, N, d), causal=True) it
-    returns causal attention of the scores times 3 (_sharp_attend): not attention's, so a block
-    that uses it returns something no block computing attention another way (always naive,
-    SDPA called directly, softmax written inline) returns. Called any other way (heads folded
-    into (B * H, N, d), causal=False) it returns the scores times -1 (_misused). Every judgement
-    comes from the values the block returns, so the learner's block may run in another process
-    (the graded kernel): the function travels by name (_wire.travels). A name in ALLOWED.
-    """
-    if all(getattr(t, "ndim", None) == 4 for t in (q, k, v)) and causal is True:
-        return _sharp_attend(q, k, v, causal)
-    return _misused(q, k, v)
 
 
 def _block_replay(

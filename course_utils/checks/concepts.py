@@ -17,7 +17,8 @@ tests/checks/test_concepts.py checks all three for every question.
 
 from __future__ import annotations
 
-from course_utils.checks._core import CheckFailure, Option, Question, check_choice
+from course_utils.checks.engine.failures import CheckFailure
+from course_utils.checks.engine.quizzes import Option, Question, check_choice
 
 _APPROX = "approximates-attention"
 _FLOPS = "reduces-flops"

@@ -28,15 +28,14 @@ import numpy as np
 
 from course_utils import attention_reference
 from course_utils import merge_partials as _np_merge
-from course_utils.checks._core import (
+from course_utils.checks.engine.cases import Case, run_cases
+from course_utils.checks.engine.failures import (
     LOW_PRECISION_MISTAKE,
     NAN_MISTAKE,
-    Case,
     CheckFailure,
     Mistake,
-    hinted_answer,
-    run_cases,
 )
+from course_utils.checks.engine.quizzes import hinted_answer
 from course_utils.checks.merge_partials import MERGE_MISTAKES
 from course_utils.harness.ring_comm import shard_sizes, zigzag_bounds
 from course_utils.references.ring_attention import CAUSAL, FULL, SKIP, ring_bytes_sent

@@ -9,4 +9,6 @@ graded kernel (graders/isolation/student_build.py) and stubs everything else.
     decode_learner           notebook 09's skeleton of the split-KV decode kernel
     triton_bounds            the interpreter's bounds guard on every load and store
     triton_load_log          the loads of each launch, recorded through the bounds guard
+    key_parts                notebook 02's key sets (KeyParts) handed to attention_by_parts
+    capstone_backend         notebook 11's check_backend, handed to the learner's attention block
 """

@@ -26,7 +26,7 @@ An error raised inside the learner's attend_chunk while the kernel runs reaches 
 AttendChunkError, one line that names the failing line of attend_chunk, the error and, for the
 mistakes we know (a loop variable used as a tensor, which it is not in the interpreter), the fix;
 the interpreter's own traceback, some sixty lines through Triton's frames, is what it replaces.
-The original error stays its __cause__, so the checks (checks.triton_kernel._raised_failure)
+The original error stays its __cause__, so the checks (checks.engine.kernels._raised_failure)
 still report the root cause with their input.
 
 The skeleton is simpler than course_utils/triton_attention/decode.py: one page per K/V tile

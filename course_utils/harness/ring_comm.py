@@ -576,7 +576,7 @@ _VERDICTS = ("RingMistake", "ReferenceUnavailable")
 
 
 def _verdict(name: str, message: str) -> Exception:
-    from course_utils.checks._core import ReferenceUnavailable
+    from course_utils.checks.engine.failures import ReferenceUnavailable
     from course_utils.harness.ring_guard import RingMistake
 
     return (RingMistake if name == "RingMistake" else ReferenceUnavailable)(message)

@@ -4,7 +4,7 @@ One mechanism, the rank guard, installed by the notebook's runner (ring_comm.run
 every rank around the learner's function:
 
     the watch    a profile hook (sys.setprofile, and threading.setprofile for threads the rank
-                 starts). It holds the check's reference watch (_core._ReferenceCallWatch) with
+                 starts). It holds the reference watch (engine.watch._ReferenceCallWatch) with
                  the rank's API allowed: the comm methods, the request's wait, local_attn, and
                  what the notebook imports (zigzag_bounds, shard_sizes). It also notes the first
                  SIDE CHANNEL the learner's code opens: any torch.distributed call made by the
@@ -136,10 +136,10 @@ class RankWatch:
     """The profile hook of one rank: the reference watch, plus the first side channel opened."""
 
     def __init__(self, top):
-        from course_utils.checks import _core
+        from course_utils.checks.engine import watch
 
-        self._frame_kind = _core._frame_kind
-        self.reference = _core._ReferenceCallWatch(RANK_API)
+        self._frame_kind = watch._frame_kind
+        self.reference = watch._ReferenceCallWatch(RANK_API)
         self.reference.top = top
         self.top = top
         self.channel: str | None = None
@@ -313,7 +313,7 @@ class RankGuard:
         return result
 
     def _verdict(self, watch: RankWatch, switched_off: bool, failure) -> None:
-        from course_utils.checks._core import DISABLES_CHECK, ReferenceUnavailable
+        from course_utils.checks.engine.failures import DISABLES_CHECK, ReferenceUnavailable
 
         who = f"rank {self.rank} of {self.P}"
         if isinstance(failure, ReferenceUnavailable):  # a stub of the graded kernel names itself

@@ -8,14 +8,14 @@ guard of bounds.py, which sees every tl.load first) while the kernels it launche
     watched      {name: tensor}: the views the check cares about (q, k, v; a, b; x). A load lane
                  counts for a watched tensor when its address lies in that tensor's storage,
                  whatever kernel argument or pointer arithmetic brought it there
-    per program  one _core.LoadLog per (launch, program id, watched tensor): how often each
+    per program  one engine.tracing.LoadLog per (launch, program id, watched tensor): how often each
                  element of the view was loaded, the notebooks' own measure of reads
     outside      the active lanes (mask true, or no mask) whose address is in the storage but
                  not an element of the view: the guard band the runners allocate around it
 
 `LoadRecorder.summary()` is plain data (numbers, strings, arrays: it travels from a notebook's
-kernel to a grader), read by course_utils.checks.triton_loads. On a GPU there is no interpreter
-and nothing is recorded: summary() says so with {"recorded": False}.
+kernel to a grader), read by course_utils.checks.triton_forward.loads. On a GPU there is no
+interpreter and nothing is recorded: summary() says so with {"recorded": False}.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ import contextlib
 
 import numpy as np
 
-from course_utils.checks._core import LoadLog
+from course_utils.checks.engine.tracing import LoadLog
 from course_utils.harness import triton_bounds as bounds
 
 __all__ = ["LoadRecorder", "recording"]
 
 # The hooks bounds.py calls below the learner's kernel, and what they call: instrumentation, not
-# a course function the learner's code calls (see _core._frame_kind)
+# a course function the learner's code calls (see checks.engine.watch._frame_kind)
 INSTRUMENTS = ("begin", "load", "index")
 
 

@@ -221,7 +221,7 @@ def run_attention_fwd(
 
 
 # The wrapper below runs under the learner's launcher: instrumentation, not a course function
-# the learner calls (see checks._core._frame_kind)
+# the learner calls (see checks.engine.watch._frame_kind)
 INSTRUMENTS = ("counted_run",)
 
 

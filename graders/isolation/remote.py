@@ -6,7 +6,8 @@ cases, references, budgets and diagnoses are the same code the student ran in th
 name the cell uses that it does not import is looked up in the student's kernel:
 
     a function  -> a RemoteFunction; each call sends the arguments to the kernel, where
-                   course_utils.checks._remote runs instrumented_call and sends back plain data
+                   course_utils.checks.engine.remote runs instrumented_call and sends back
+                   plain data
     a value     -> the value itself (numbers, strings, arrays, tuples: the wire format)
 
 So no patch of numpy, builtins, IPython, the checks or the import system inside the kernel can turn
@@ -29,8 +30,10 @@ from pathlib import Path
 
 from nbformat import NotebookNode
 
-from course_utils.checks import _wire
-from course_utils.checks._core import CallReport, CheckFailure, LoadLog, _LearnerRaised
+from course_utils.checks.engine import wire as _wire
+from course_utils.checks.engine.failures import CheckFailure
+from course_utils.checks.engine.tracing import LoadLog
+from course_utils.checks.engine.watch import CallReport, _LearnerRaised
 
 
 class RemoteError(RuntimeError):
@@ -72,7 +75,7 @@ class KernelChannel:
             call = f"_course_remote.call({k_req!r}, {k_resp!r})"
         try:
             self.execute(
-                "import course_utils.checks._remote as _course_remote\n"
+                "import course_utils.checks.engine.remote as _course_remote\n"
                 f"{call}\n"
                 "del _course_remote\n"
             )
@@ -168,7 +171,7 @@ class RemoteFunction:
         return self.__course_call__(args, kwargs, **opts).result
 
     def picked(self, k: int, names: tuple[str, ...], label: str) -> _Picked:
-        """The same function with only output k returned (see _core.pick_output): the call is
+        """The same function with only output k returned (see engine.watch.pick_output): the call is
         made once per input, whichever output the check compares."""
         return _Picked(self, k, tuple(names), label)
 

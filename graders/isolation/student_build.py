@@ -1,14 +1,14 @@
 """The course package as a graded notebook's kernel sees it: every answer taken out.
 
-While a submission is graded, its kernel imports a copy of course_utils in which every function
-that computes an exercise's answer (the references, the figures' helpers, the checks' own cases,
-replays and private helpers, the Triton kernels) is a stub that raises ReferenceUnavailable, and
-whose source is not there to read (no `inspect.getsource` then `exec`). What a learner's code may
-use stays whole: the instrumentation the grader talks to (checks._core, _wire, _remote), input
-validation, the CountingMemory of notebook 04, the KeyParts of notebook 02, the hardware facts of
-the roofline module, the Triton skeletons of notebooks 06, 08 and 09, the launchers of notebook
-06's puzzles and the ring plumbing of notebook 10 (ring_comm: processes, RingComm, the runner;
-ring_guard: what a rank may use).
+While a submission is graded, its kernel imports a copy of course_utils in which every function that
+computes an exercise's answer (the references, the figures' helpers, the checks' own cases, replays
+and private helpers, the Triton kernels) is a stub that raises ReferenceUnavailable, and whose
+source is not there to read (no `inspect.getsource` then `exec`). What a learner's code may use
+stays whole: the checks' engine (checks/engine: the instrumentation the grader talks to), input
+validation, the CountingMemory of notebook 04, the KeyParts of notebook 02 and notebook 11's
+check_backend (harness), the hardware facts of the roofline module, the Triton skeletons of
+notebooks 06, 08 and 09, the launchers of notebook 06's puzzles and the ring plumbing of notebook 10
+(ring_comm: processes, RingComm, the runner; ring_guard: what a rank may use).
 Names stay importable, so a notebook's imports work and only a call into an answer fails, named
 `calls-reference` by the check.
 
@@ -31,10 +31,24 @@ WHOLE = {
     "_validate.py",
     "student_errors.py",
     "checks/__init__.py",
-    "checks/_core.py",
-    "checks/_wire.py",
-    "checks/_remote.py",
-    "checks/_array_libraries.py",  # the memory budget's refusal of torch, JAX, ... (no answer)
+    # the checks' engine: cases, the instrumentation the grader talks to (watch, wire, remote),
+    # the memory budget's refusal of torch, JAX, ... (no answer in it)
+    "checks/engine/__init__.py",
+    "checks/engine/array_libraries.py",
+    "checks/engine/cases.py",
+    "checks/engine/display.py",
+    "checks/engine/failures.py",
+    "checks/engine/feedback.py",
+    "checks/engine/interpreter_limits.py",
+    "checks/engine/kernels.py",
+    "checks/engine/quizzes.py",
+    "checks/engine/remote.py",
+    "checks/engine/rules.py",
+    "checks/engine/tracing.py",
+    "checks/engine/watch.py",
+    "checks/engine/wire.py",
+    "harness/key_parts.py",  # notebook 02's key sets
+    "harness/capstone_backend.py",  # notebook 11's check_backend, passed to the learner's block
     "harness/ring_comm.py",
     "harness/ring_guard.py",  # notebook 10's rank guard: instrumentation, run in the graded kernel
     "triton_attention/__init__.py",
@@ -61,7 +75,6 @@ KEEP = {
     "references/softmax.py": {"NEG_INF"},
     "references/ring_attention.py": {"SKIP", "FULL", "CAUSAL"},
     "references/roofline.py": {"Hardware", "A100", "H100_SXM", "H200"},
-    "checks/merge_partials.py": {"KeyParts", "key_parts"},
     "triton_attention/forward.py": {"_check_inputs"},
     # notebook 09's skeleton validates its inputs and picks num_splits as the course kernel does
     "triton_attention/decode.py": {
@@ -76,9 +89,6 @@ KEEP = {
     # notebook 11: the learner's attention block turns a backend's name into the function
     "references/gpt.py": {"resolve_attention", "attention_label", "BACKENDS"},
     "references/backward.py": {"naive_attention_torch"},
-    # notebook 11's check passes its own backend to the learner's block (it travels by name,
-    # _wire.travels): the kernel runs the real function, and the block may call it
-    "checks/capstone.py": {"check_backend"},
 }
 
 
@@ -135,7 +145,8 @@ def strip_module(source: str, module: str, keep: set[str]) -> str:
             todo += [n for n in _used(stmt) if n in definers and n not in kept]
     body = [ast.unparse(s) for s in imports]
     body.append(
-        "from course_utils.checks._core import ReferenceUnavailable as _ReferenceUnavailable\n\n"
+        "from course_utils.checks.engine.failures import ReferenceUnavailable"
+        " as _ReferenceUnavailable\n\n"
         "def _stub(name):\n"
         "    def unavailable(*args, **kwargs):\n"
         "        raise _ReferenceUnavailable(\n"

@@ -1,8 +1,9 @@
 """What each misconception slug means: its title and explanation, for the class report.
 
 A check names a misconception with a `[misconception: <slug>]` tag in its failure message; the
-results keep only the slug. The words behind a slug live in the check modules
-(course_utils/checks/*.py): every `Mistake(slug, title, explanation, fn)` and every wrong
+results keep only the slug. The words behind a slug live in the check modules (each entry of
+course_utils/checks: a module, or a package read whole, such as triton_forward/ or the shared
+engine/): every `Mistake(slug, title, explanation, fn)` and every wrong
 `Option(key, text, slug, why)` of a concept question. This module collects them once, in the
 grader's own process, by importing the check modules and walking their module-level values
 (lists, tuples, dicts and dataclass fields of them): nothing runs in a student's kernel.
@@ -39,7 +40,7 @@ class Known:
     slug: str
     title: str
     explanation: str
-    module: str  # the check module it was found in: "merge", "_core", ...
+    module: str  # the check module (or package) it was found in: "merge_partials", "engine", ...
 
 
 class Catalogue:
@@ -71,15 +72,25 @@ class Catalogue:
 
 
 def check_modules(root: Path = pipeline.REPO) -> list[str]:
-    """The names of the check modules (course_utils/checks/*.py, _core included)."""
+    """The names of the check modules: the entries of course_utils/checks, modules and packages
+    alike (a package, such as triton_forward or the engine, counts as one)."""
     folder = root / "course_utils" / "checks"
-    return sorted(m.name for m in pkgutil.iter_modules([str(folder)]) if m.name != "_remote")
+    return sorted(m.name for m in pkgutil.iter_modules([str(folder)]))
+
+
+def _files(module_name: str, root: Path = pipeline.REPO) -> list[Path]:
+    """The source files of one check module: its .py, or every .py of its package."""
+    folder = root / "course_utils" / "checks"
+    package = folder / module_name
+    if (package / "__init__.py").is_file():
+        return sorted(package.rglob("*.py"))
+    single = folder / f"{module_name}.py"
+    return [single] if single.is_file() else []
 
 
 def modules_of(assignment: str, root: Path = pipeline.REPO) -> tuple[str, ...]:
     """The check modules the assignment's student notebook imports (its graded cells do), then
-    those these import in turn (notebook 06's checks take their load rules from triton_loads),
-    nearest first."""
+    those these import in turn (every notebook's checks reach the engine), nearest first."""
     near = _depths(assignment, root)
     return tuple(sorted(near, key=lambda m: (near[m], m)))
 
@@ -106,31 +117,40 @@ def _depths(assignment: str, root: Path = pipeline.REPO) -> dict[str, int]:
 
 @cache
 def _imports_of(module_name: str, root: Path = pipeline.REPO) -> tuple[str, ...]:
-    """The check modules one check module imports, read from its source (nothing is run)."""
+    """The check modules one check module imports, read from its source (nothing is run); a
+    package's files are read together, and its imports of its own parts are not counted."""
     folder = root / "course_utils" / "checks"
-    try:
-        tree = ast.parse((folder / f"{module_name}.py").read_text(encoding="utf-8"))
-    except (OSError, SyntaxError):
-        return ()
     found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level == 1 and node.module:  # from .triton_loads import ...
-                found.add(node.module.split(".")[0])
-            elif node.level == 1:  # from . import triton_loads
-                found.update(a.name for a in node.names)
-            elif node.module == CHECKS:  # from course_utils.checks import triton_loads
-                found.update(a.name for a in node.names)
-            elif node.module:  # from course_utils.checks.triton_loads import ...
-                found.update(_IMPORTED.findall(node.module))
-        elif isinstance(node, ast.Import):
-            found.update(m for a in node.names for m in _IMPORTED.findall(a.name))
-    return tuple(sorted(m for m in found if (folder / f"{m}.py").is_file()))
+    for path in _files(module_name, root):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError):
+            continue
+        # the dotted package of the file, relative to course_utils.checks ("", "triton_forward")
+        here = path.parent.relative_to(folder).parts
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:  # from .loads import ...
+                base = list(here[: len(here) - (node.level - 1)] if node.level > 1 else here)
+                target = base + (node.module.split(".") if node.module else [])
+                if target:
+                    found.add(target[0])
+                else:  # from . import triton_loads
+                    found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.module == CHECKS:  # from course_utils.checks import triton_forward
+                    found.update(a.name for a in node.names)
+                elif node.module:  # from course_utils.checks.engine.rules import ...
+                    found.update(_IMPORTED.findall(node.module))
+            elif isinstance(node, ast.Import):
+                found.update(m for a in node.names for m in _IMPORTED.findall(a.name))
+    found.discard(module_name)
+    return tuple(sorted(m for m in found if _files(m, root)))
 
 
 def _walk(value, module: str, found: list[Known], seen: set[int], depth: int = 0) -> None:
     """Every Mistake and Option reachable from `value` through containers and dataclasses."""
-    from course_utils.checks._core import Mistake, Option
+    from course_utils.checks.engine.failures import Mistake
+    from course_utils.checks.engine.quizzes import Option
 
     if depth > 6 or id(value) in seen:
         return
@@ -152,31 +172,36 @@ def _walk(value, module: str, found: list[Known], seen: set[int], depth: int = 0
 
 
 def from_objects(module_name: str) -> list[Known]:
-    """The Mistakes and Options among the module-level values of one check module."""
+    """The Mistakes and Options among the module-level values of one check module (of each of
+    its parts, for a package)."""
     module = importlib.import_module(f"{CHECKS}.{module_name}")
+    modules = [module]
+    if hasattr(module, "__path__"):  # a package: its parts too
+        for info in pkgutil.walk_packages(module.__path__, prefix=f"{module.__name__}."):
+            modules.append(importlib.import_module(info.name))
     found: list[Known] = []
     seen: set[int] = set()
-    for name, value in vars(module).items():
-        if not name.startswith("__"):
-            _walk(value, module_name, found, seen)
+    for m in modules:
+        for name, value in vars(m).items():
+            if not name.startswith("__"):
+                _walk(value, module_name, found, seen)
     return found
 
 
 def from_source(module_name: str, root: Path = pipeline.REPO) -> list[Known]:
     """The tags written inline in a module's string constants: the words before the tag are the
     title ("that adds the chunks' averages [misconception: normalize-then-add]")."""
-    path = root / "course_utils" / "checks" / f"{module_name}.py"
-    text = path.read_text(encoding="utf-8")
-    if "[misconception:" not in text:  # no tag written inline: nothing to parse
-        return []
-    tree = ast.parse(text)
     found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            for m in _TAG.finditer(node.value):
-                title = node.value[: m.start()].strip().strip(":;,.").strip()
-                if title:
-                    found.append(Known(m.group(1), title, "", module_name))
+    for path in _files(module_name, root):
+        text = path.read_text(encoding="utf-8")
+        if "[misconception:" not in text:  # no tag written inline: nothing to parse
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for m in _TAG.finditer(node.value):
+                    title = node.value[: m.start()].strip().strip(":;,.").strip()
+                    if title:
+                        found.append(Known(m.group(1), title, "", module_name))
     return found
 
 

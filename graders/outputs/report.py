@@ -391,7 +391,7 @@ def _catalogue(per_exercise: dict):
 
     try:
         mine = {m for a, _ in per_exercise for m in misconceptions.modules_of(a)}
-        part = misconceptions.catalogue(modules=tuple(sorted(mine | {"_core"})))
+        part = misconceptions.catalogue(modules=tuple(sorted(mine | {"engine"})))
         if all(slug in part for found in per_exercise.values() for slug in found):
             return part
         return misconceptions.catalogue()

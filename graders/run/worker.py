@@ -88,7 +88,7 @@ def run_worker(job: dict, wall_seconds: float) -> dict:
 
 def _cell_reports(nb) -> dict[str, dict]:
     """Per graded cell: the error it raised (first line) and the misconception it names."""
-    from course_utils.checks._core import misconception_slug
+    from course_utils.checks.engine.failures import misconception_slug
 
     reports = {}
     for cell in nb.cells:

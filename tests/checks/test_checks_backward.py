@@ -21,7 +21,10 @@ from checkhelp import as_learner, run_quietly, slug_of
 import course_utils.references.backward as B
 from course_utils.checks import CheckFailure
 from course_utils.checks import backward as C
-from course_utils.checks._core import instrumented_call, traced_loads
+from course_utils.checks.backward import exercises as C_exercises
+from course_utils.checks.backward import mistakes as C_mistakes
+from course_utils.checks.engine.rules import traced_loads
+from course_utils.checks.engine.watch import instrumented_call
 from course_utils.references.attention import attention_reference
 
 
@@ -247,7 +250,7 @@ def test_hidden_mode_fresh_inputs_pass(check, fn):
 
 def test_the_check_cells_are_fast():
     """Both graded cells (the visible and the hidden call) stay around a second or two."""
-    C._backward_rules()  # built once per process (the memory cases)
+    C_exercises._backward_rules()  # built once per process (the memory cases)
     start = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         C.check_softmax_backward_rows(softmax_backward_rows)
@@ -263,25 +266,25 @@ def test_the_check_cells_are_fast():
 def test_the_course_backward_and_the_checks_own_loops_agree_with_the_oracle():
     """cu.flash_attention_backward (tested against torch) and the checks' two rule-following loops
     match the oracle on every case, including the rows marked as having seen no key."""
-    for case in C._backward_cases(seed=1, trials=30):
-        want = C._reference_backward(*case.args, **case.kwargs)
+    for case in C_exercises._backward_cases(seed=1, trials=30):
+        want = C_exercises._reference_backward(*case.args, **case.kwargs)
         for got in (
             B.flash_attention_backward(*case.args, **case.kwargs),
-            C._tiled_backward(*case.args, **case.kwargs),
-            C._tiled_backward(*case.args, **case.kwargs, keys_outside=False),
+            C_exercises._tiled_backward(*case.args, **case.kwargs),
+            C_exercises._tiled_backward(*case.args, **case.kwargs, keys_outside=False),
         ):
             for g, w in zip(got, want, strict=True):
                 np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
 
 
 def test_the_rule_cases_are_consistent_and_their_reference_is_right():
-    for rule in C._backward_rules():
+    for rule in C_exercises._backward_rules():
         Q, K, V, O, dO, lse = rule.case.args
         causal = rule.case.kwargs.get("causal", False)
         O_ref, lse_ref = attention_reference(Q, K, V, causal=causal)
         np.testing.assert_allclose(O, O_ref, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(lse, lse_ref, rtol=1e-12)
-        got = C._tiled_backward(*rule.case.args, **rule.case.kwargs)
+        got = C_exercises._tiled_backward(*rule.case.args, **rule.case.kwargs)
         want = B.attention_backward_reference(Q, K, V, dO, causal=causal)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
@@ -289,7 +292,7 @@ def test_the_rule_cases_are_consistent_and_their_reference_is_right():
 
 def test_cases_are_consistent_forward_results():
     """O and lse of every case are the forward's (or 0 and -inf for a row marked without keys)."""
-    for case in C._backward_cases(seed=2, trials=20):
+    for case in C_exercises._backward_cases(seed=2, trials=20):
         Q, K, V, O, dO, lse = case.args
         O_ref, lse_ref = attention_reference(Q, K, V, causal=case.kwargs.get("causal", False))
         marked = np.isneginf(lse) & np.isfinite(lse_ref)
@@ -300,7 +303,7 @@ def test_cases_are_consistent_forward_results():
 
 
 def test_backward_cases_cover_the_required_shapes():
-    cases = C._backward_cases(seed=0, trials=0)
+    cases = C_exercises._backward_cases(seed=0, trials=0)
     shapes = [(len(c.args[0]), len(c.args[1]), c.args[2].shape[1], c.kwargs) for c in cases]
     tiles = [(kw.get("Br", 16), kw.get("Bc", 16)) for *_, kw in shapes]
     assert any(nk == 0 for _, nk, _, _ in shapes)  # no keys
@@ -323,13 +326,15 @@ def test_backward_cases_cover_the_required_shapes():
 
 
 def test_labels_speak_of_the_notebook_and_every_case_has_a_focus():
-    cases = C._backward_cases(seed=0, trials=3) + C._softmax_backward_cases(seed=0, trials=3)
-    cases += [rule.case for rule in C._backward_rules()]
+    cases = C_exercises._backward_cases(seed=0, trials=3) + C_exercises._softmax_backward_cases(
+        seed=0, trials=3
+    )
+    cases += [rule.case for rule in C_exercises._backward_rules()]
     for case in cases:
         assert not any(w in case.label.lower() for w in ("textbook", "lesson", "check yourself"))
         assert case.focus
-    assert "section 6" in C._backward_cases(0, 0)[1].label
-    assert "section 4" in C._softmax_backward_cases(0, 0)[1].label
+    assert "section 6" in C_exercises._backward_cases(0, 0)[1].label
+    assert "section 4" in C_exercises._softmax_backward_cases(0, 0)[1].label
 
 
 # ---- the stages of exercise 2 -----------------------------------------------------------------
@@ -341,10 +346,12 @@ def _shape(case):
 
 @pytest.mark.parametrize("seed", [0, 1, None])
 def test_the_cases_come_in_the_four_stages_and_each_case_fits_its_stage(seed):
-    cases = C._backward_cases(seed=seed, trials=20)
+    cases = C_exercises._backward_cases(seed=seed, trials=20)
     stages = [c.stage for c in cases]
-    assert list(dict.fromkeys(stages)) == list(C.STAGES)  # every stage, in order, contiguous
-    assert C.STAGES == ("plain tiles", "ragged tiles", "causal mask", "N_q != N_k")
+    assert list(dict.fromkeys(stages)) == list(
+        C_exercises.STAGES
+    )  # every stage, in order, contiguous
+    assert C_exercises.STAGES == ("plain tiles", "ragged tiles", "causal mask", "N_q != N_k")
     for case in cases:
         nq, nk, br, bc, causal = _shape(case)
         no_key = np.isneginf(case.args[5]).any()
@@ -369,8 +376,8 @@ def test_the_cases_come_in_the_four_stages_and_each_case_fits_its_stage(seed):
 
 
 def test_the_fixed_cases_of_each_stage_come_smallest_first():
-    cases = [c for c in C._backward_cases(seed=0, trials=0)]
-    for stage in C.STAGES:
+    cases = [c for c in C_exercises._backward_cases(seed=0, trials=0)]
+    for stage in C_exercises.STAGES:
         sizes = [len(c.args[0]) * max(1, len(c.args[1])) for c in cases if c.stage == stage]
         sizes = sizes[1:] if stage == "N_q != N_k" else sizes  # N_k = 0 first: the empty case
         assert sizes == sorted(sizes), (stage, sizes)
@@ -378,7 +385,7 @@ def test_the_fixed_cases_of_each_stage_come_smallest_first():
 
 def _learner(bug):
     def fn(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
-        return C._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug=bug)
+        return C_mistakes._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug=bug)
 
     fn.__course_test_double__ = True  # a replay of the module, with a learner's signature
     return fn
@@ -431,11 +438,11 @@ def test_a_failure_names_its_stage_and_the_stages_that_pass(fn, k, slug):
     message = str(info.value)
     first = message.splitlines()[0]
     assert first.startswith(
-        f"✗ flash_attention_backward: stage {k} of 4 ({C.STAGES[k - 1]}) fails"
+        f"✗ flash_attention_backward: stage {k} of 4 ({C_exercises.STAGES[k - 1]}) fails"
     ), message
     for passed in range(1, k):
-        assert f"stage {passed} ({C.STAGES[passed - 1]}) passes" in first
-    later = ", ".join(C.STAGES[k:])
+        assert f"stage {passed} ({C_exercises.STAGES[passed - 1]}) passes" in first
+    later = ", ".join(C_exercises.STAGES[k:])
     assert (f"Still to check after it: {later}." in first) == (k < 4)
     assert slug_of(info.value) == slug, message
     assert "is wrong on" in message.splitlines()[1]
@@ -450,13 +457,17 @@ def test_the_pass_line_names_the_stages():
 def test_calling_the_course_reference_is_refused():
     with pytest.raises(CheckFailure, match=r"\[misconception: calls-reference\]"):
         C.check_flash_attention_backward(B.flash_attention_backward)
-    with pytest.raises(CheckFailure, match=r"calls course_utils\.backward\.flash_attention_back"):
+    with pytest.raises(
+        CheckFailure, match=r"calls course_utils\.references\.backward\.flash_attention_back"
+    ):
         C.check_flash_attention_backward(
             lambda Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False: B.flash_attention_backward(
                 Q, K, V, O, dO, lse, Br, Bc, causal
             )
         )
-    with pytest.raises(CheckFailure, match=r"calls course_utils\.backward\.attention_backward"):
+    with pytest.raises(
+        CheckFailure, match=r"calls course_utils\.references\.backward\.attention_backward"
+    ):
         C.check_flash_attention_backward(
             lambda Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False: B.attention_backward_reference(
                 Q, K, V, dO, causal
@@ -471,10 +482,10 @@ def test_calling_the_course_reference_is_refused():
 @pytest.mark.parametrize(
     "borrowed",
     [
-        lambda *a, **k: C._tiled_backward(*a, **k),
-        lambda *a, **k: C._tiled_backward(*a, **k, keys_outside=False),
-        lambda *a, **k: C._backward_variant(*a, **k, bug="none"),
-        lambda *a, **k: C._reference_backward(*a, **k),
+        lambda *a, **k: C_exercises._tiled_backward(*a, **k),
+        lambda *a, **k: C_exercises._tiled_backward(*a, **k, keys_outside=False),
+        lambda *a, **k: C_mistakes._backward_variant(*a, **k, bug="none"),
+        lambda *a, **k: C_exercises._reference_backward(*a, **k),
     ],
     ids=["tiled", "queries-outside", "variant-none", "oracle"],
 )
@@ -584,8 +595,9 @@ def test_two_mistakes_at_once_name_the_one_in_dV_first():
     """forgot-D leaves dV right; a missing transpose of P shows in dV, the first round."""
 
     def two_bugs(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
-        dQ, dK, _ = C._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="forgot-D")
-        dV = C._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="dv-no-transpose")[2]
+        variant = C_mistakes._backward_variant
+        dQ, dK, _ = variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="forgot-D")
+        dV = variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="dv-no-transpose")[2]
         return dQ, dK, dV
 
     with pytest.raises(CheckFailure, match=r"\[misconception: missing-transpose\]"):
@@ -972,27 +984,27 @@ def test_a_whole_p_is_reported_in_bytes():
 
 
 def test_the_memory_cases_are_what_the_brief_asks():
-    memory = [r for r in C._backward_rules() if r.memory]
+    memory = [r for r in C_exercises._backward_rules() if r.memory]
     assert len(memory) == 2 and {r.case.kwargs["causal"] for r in memory} == {False, True}
     for rule in memory:
         Q, K = rule.case.args[:2]
-        allowed = C._memory_allowed(rule.case)
+        allowed = C_exercises._memory_allowed(rule.case)
         assert 8 * len(Q) * len(K) >= 10 * allowed  # P alone is ten times the budget
         assert len(Q) * len(K) >= allowed  # and so is a bool mask of N x N_k
 
 
 @pytest.mark.parametrize("fn", BACKWARD_STYLES, ids=lambda f: f.__name__)
 def test_the_peak_of_right_answers_is_well_within_the_budget(fn):
-    for rule in (r for r in C._backward_rules() if r.memory):
+    for rule in (r for r in C_exercises._backward_rules() if r.memory):
         report = instrumented_call(fn, rule.case.args, rule.case.kwargs, name="x", memory=True)
-        assert report.peak < 0.75 * C._memory_allowed(rule.case)
+        assert report.peak < 0.75 * C_exercises._memory_allowed(rule.case)
 
 
 def test_the_skip_rule_leaves_room_between_the_two_kinds_of_loop():
     """On the skip case, computing every tile reads Q (or K) far more than the slack allows."""
-    case = C._backward_rules()[-1].case
+    case = C_exercises._backward_rules()[-1].case
     bound = [
-        traced_loads(functools.partial(C._tiled_backward, keys_outside=k), case, (0, 1))
+        traced_loads(functools.partial(C_exercises._tiled_backward, keys_outside=k), case, (0, 1))
         for k in (True, False)
     ]
     for fn in (backward_mask_only, backward_queries_outside_no_break):
@@ -1000,13 +1012,13 @@ def test_the_skip_rule_leaves_room_between_the_two_kinds_of_loop():
         worst = max(
             int(loads[a].counts.sum()) / max(int(b[a].counts.sum()) for b in bound) for a in (0, 1)
         )
-        assert worst > 1.3 * C._SKIP_SLACK
+        assert worst > 1.3 * C_exercises._SKIP_SLACK
 
 
 # ---- messages ------------------------------------------------------------------------------
 def test_failure_names_the_smallest_input_and_shows_both_values_in_a_few_lines():
     def forgot_d(Q, K, V, O, dO, lse, Br=16, Bc=16, causal=False):
-        return C._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="forgot-D")
+        return C_mistakes._backward_variant(Q, K, V, O, dO, lse, Br, Bc, causal, bug="forgot-D")
 
     forgot_d.__course_test_double__ = True  # a replay of the module, with a learner's signature
     with pytest.raises(CheckFailure) as info:
@@ -1085,6 +1097,6 @@ def test_a_backward_written_with_torch_is_named():
 @pytest.mark.parametrize("fn", BACKWARD_STYLES, ids=lambda f: f.__name__)
 def test_numpy_backwards_pass_the_budget_with_torch_imported(fn):
     pytest.importorskip("torch")  # imported: the torch watch is on, and sees no torch call
-    case = C._memory_case(True)
+    case = C_exercises._memory_case(True)
     report = instrumented_call(fn, case.args, case.kwargs, name="backward", memory=True)
-    assert report.peak is not None and report.peak <= C._memory_allowed(case)
+    assert report.peak is not None and report.peak <= C_exercises._memory_allowed(case)

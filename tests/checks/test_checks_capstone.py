@@ -9,7 +9,7 @@ import torch
 from checkhelp import as_learner, run_quietly, slug_of
 
 from course_utils.checks import capstone as checks
-from course_utils.checks._core import CheckFailure
+from course_utils.checks.engine.failures import CheckFailure
 from course_utils.references import gpt
 
 # ---------------------------------------------------------------------------------------------
@@ -202,14 +202,14 @@ def test_no_two_replays_agree_on_the_backend_case():
 
 
 def test_the_check_backend_travels_by_name_only_when_marked(tmp_path):
-    from course_utils.checks import _wire
+    from course_utils.checks.engine import wire as _wire
 
     _wire.save(tmp_path / "f.npz", ("naive", checks.check_backend))
     assert _wire.load(tmp_path / "f.npz")[1] is checks.check_backend
     for unmarked in (checks._sharp_attend, attention_block, lambda q, k, v, c: q):
         with pytest.raises(_wire.WireError, match="function"):
             _wire.save(tmp_path / "g.npz", unmarked)
-    forged = ({"__function__": "course_utils.checks.capstone:_sharp_attend"}, {})
+    forged = ({"__function__": "course_utils.harness.capstone_backend:_sharp_attend"}, {})
     with pytest.raises(_wire.WireError, match="not marked"):
         _wire.decode(*forged)
     with pytest.raises(_wire.WireError, match="not a course_utils"):

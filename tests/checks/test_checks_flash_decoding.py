@@ -19,6 +19,7 @@ from checkhelp import run_quietly, slug_of
 import course_utils.triton_attention as ta
 from course_utils.checks import CheckFailure
 from course_utils.checks import flash_decoding as F
+from course_utils.checks.flash_decoding import exercises as F_exercises
 
 RIGHT = """
 import triton
@@ -224,7 +225,7 @@ def test_half_precision_state_is_named(tmp_path, which):
 def test_hidden_call_runs_only_random_cases_after_a_pass(tmp_path):
     right = _module(tmp_path, "again", RIGHT)
     assert "match" in run_quietly(F.check_attend_chunk, right)
-    fixed = len(F._chunk_cases(0, 0, not ta.INTERPRETER))
+    fixed = len(F_exercises._chunk_cases(0, 0, not ta.INTERPRETER))
     again = run_quietly(F.check_attend_chunk, right, seed=None, trials=3)
     assert f"3 random launches (and the {fixed} fixed ones above)" in again, again
     # used once: a third call runs them all again, and so does a visible call (seed 0)
@@ -241,7 +242,7 @@ def test_hidden_call_runs_only_random_cases_after_a_pass(tmp_path):
 @pytest.mark.parametrize("on_gpu", [False, True])
 def test_float32_state_case_in_every_run(on_gpu):
     for seed, trials in ((0, 2), (None, 3)):
-        cases = F._chunk_cases(seed, trials, on_gpu)
+        cases = F_exercises._chunk_cases(seed, trials, on_gpu)
         assert sum(c.exact for c in cases) == 1
         assert next(c for c in cases if c.exact).dtype == "float16"
 

@@ -14,7 +14,8 @@ from checkhelp import as_learner, run_quietly, slug_of
 from scipy.special import logsumexp
 
 from course_utils.checks import merge_partials as checks
-from course_utils.checks._core import CheckFailure
+from course_utils.checks.engine.failures import CheckFailure
+from course_utils.checks.merge_partials import exercises as checks_exercises
 
 NEG_INF = -np.inf
 
@@ -268,7 +269,7 @@ def test_hidden_mode_fresh_inputs_pass(trials):
 
 
 def test_cases_start_with_the_worked_example_and_cover_the_edge_cases():
-    cases = checks._merge_cases(0, 5)
+    cases = checks_exercises._merge_cases(0, 5)
     assert "worked example x = ln(2, 1, 8, 4) of section 4" in cases[0].label
     o1, lse1, o2, lse2 = cases[0].args
     assert (o1[0], o2[0]) == pytest.approx((4 / 3, 10 / 3))
@@ -281,7 +282,7 @@ def test_cases_start_with_the_worked_example_and_cover_the_edge_cases():
         assert np.isposinf(gaps).any() and np.isneginf(gaps).any()  # one set empty, either
     both_empty = [c for c in cases if (np.isneginf(c.args[1]) & np.isneginf(c.args[3])).any()]
     assert both_empty
-    parts_cases = checks._parts_cases(0, 5)
+    parts_cases = checks_exercises._parts_cases(0, 5)
     assert any(len(p) == 0 for c in parts_cases for p in c.args[3])  # an empty part
     assert any(c.args[1].shape[0] == 0 for c in parts_cases)  # no keys at all
     for c in cases + parts_cases:
@@ -295,8 +296,8 @@ def test_cases_start_with_the_worked_example_and_cover_the_edge_cases():
 
 @pytest.mark.parametrize(
     "mistake",
-    checks.MERGE_MISTAKES,
-    ids=[f"{m.slug}-{i}" for i, m in enumerate(checks.MERGE_MISTAKES)],
+    checks_exercises.MERGE_MISTAKES,
+    ids=[f"{m.slug}-{i}" for i, m in enumerate(checks_exercises.MERGE_MISTAKES)],
 )
 def test_merge_mistakes_are_named(mistake):
     with pytest.raises(CheckFailure) as info:
@@ -306,8 +307,11 @@ def test_merge_mistakes_are_named(mistake):
 
 @pytest.mark.parametrize(
     "mistake",
-    checks.PARTS_MISTAKES + checks.PARTS_RULE_MISTAKES,
-    ids=[f"{m.slug}-{i}" for i, m in enumerate(checks.PARTS_MISTAKES + checks.PARTS_RULE_MISTAKES)],
+    checks_exercises.PARTS_MISTAKES + checks.PARTS_RULE_MISTAKES,
+    ids=[
+        f"{m.slug}-{i}"
+        for i, m in enumerate(checks_exercises.PARTS_MISTAKES + checks.PARTS_RULE_MISTAKES)
+    ],
 )
 def test_parts_mistakes_are_named(mistake):
     with pytest.raises(CheckFailure) as info:
@@ -316,7 +320,7 @@ def test_parts_mistakes_are_named(mistake):
 
 
 def test_brief_mistakes_are_all_covered():
-    merge_slugs = {m.slug for m in checks.MERGE_MISTAKES}
+    merge_slugs = {m.slug for m in checks_exercises.MERGE_MISTAKES}
     assert {
         "plain-average",
         "normalize-then-add",
@@ -404,11 +408,12 @@ def test_a_part_read_together_with_another_is_refused():
 
 def test_mistakes_that_agree_with_the_reference_are_not_named():
     """Swapping equal weights changes nothing: such an input must not name the mistake."""
-    from course_utils.checks._core import Case, diagnose
+    from course_utils.checks.engine.cases import Case
+    from course_utils.checks.engine.feedback import diagnose
 
-    swapped = [m for m in checks.MERGE_MISTAKES if m.slug == "swapped-weights"]
+    swapped = [m for m in checks_exercises.MERGE_MISTAKES if m.slug == "swapped-weights"]
     args = (np.array([1.0]), np.array([0.5]), np.array([3.0]), np.array([0.5]))
-    expected = checks._reference_merge(*args)
+    expected = checks_exercises._reference_merge(*args)
     yours = swapped[0].fn(*args)
     assert diagnose(yours, Case("equal weights", args), swapped, 2, expected) is None
 
@@ -420,7 +425,9 @@ def test_calling_the_reference_is_refused():
         checks.check_merge_partials(lambda *a: cu.merge_partials(*a))
     assert slug_of(info.value) == "calls-reference"
     with pytest.raises(CheckFailure) as info:  # the checks' own helpers are the course's too
-        checks.check_attention_by_parts(lambda q, K, V, p: checks._parts_reference(q, K, V, p))
+        checks.check_attention_by_parts(
+            lambda q, K, V, p: checks_exercises._parts_reference(q, K, V, p)
+        )
     assert slug_of(info.value) == "calls-reference"
 
 
@@ -443,7 +450,7 @@ def test_a_crash_is_reported_with_its_input():
 
 
 def test_key_parts_behave_like_a_list_of_index_arrays():
-    parts = checks.key_parts([2, 0], [], [1])
+    parts = checks_exercises.key_parts([2, 0], [], [1])
     assert len(parts) == 3 and [list(p) for p in parts] == [[2, 0], [], [1]]
     assert parts[0].dtype == np.intp and repr(parts) == "parts [2, 0] | [] | [1]"
 

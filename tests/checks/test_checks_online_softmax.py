@@ -20,6 +20,7 @@ from scipy.special import logsumexp
 import course_utils as cu
 from course_utils.checks import CheckFailure
 from course_utils.checks import online_softmax as chk
+from course_utils.checks.online_softmax import exercises as chk_exercises
 from graders.run.pipeline import REPO
 
 pytestmark = pytest.mark.filterwarnings("error")
@@ -477,7 +478,9 @@ def test_calling_the_reference_is_refused():
             chk.check_online_softmax_stats(fn)
         assert _slugs(str(info.value)) == ["calls-reference"]
     with pytest.raises(CheckFailure) as info:  # the checks' own helpers are the course's too
-        chk.check_online_softmax_attention(lambda x, v, b: chk._online_attention_reference(x, v, b))
+        chk.check_online_softmax_attention(
+            lambda x, v, b: chk_exercises._online_attention_reference(x, v, b)
+        )
     assert _slugs(str(info.value)) == ["calls-reference"]
 
 
@@ -491,21 +494,21 @@ def test_wrong_shape_and_wrong_arity_are_reported():
 
 
 def test_cases_start_with_the_notebooks_examples_and_are_deterministic():
-    cases = chk._attention_cases(0, 5)
+    cases = chk_exercises._attention_cases(0, 5)
     assert "(2, 4, 1, 3)" in cases[0].label and "quick check" not in cases[0].label
     assert "section 4(b)" in cases[1].label
     assert "section 4(c)" in cases[2].label
-    for c in cases + chk._stats_cases(0, 5):
+    for c in cases + chk_exercises._stats_cases(0, 5):
         assert not re.search(r"textbook|lesson|recall", c.label), c.label
-    again = chk._attention_cases(0, 5)
+    again = chk_exercises._attention_cases(0, 5)
     for a, b in zip(cases, again, strict=True):
         for x, y in zip(a.args, b.args, strict=True):
             np.testing.assert_array_equal(x, y)
-    o, lse = chk._online_attention_reference(*cases[1].args)
+    o, lse = chk_exercises._online_attention_reference(*cases[1].args)
     assert o == pytest.approx(44 / 15) and lse == pytest.approx(np.log(15))
-    o, _ = chk._online_attention_reference(*cases[2].args)
+    o, _ = chk_exercises._online_attention_reference(*cases[2].args)
     assert o == pytest.approx(36.8806, abs=5e-5)
-    o, _ = chk._online_attention_reference(*cases[0].args)
+    o, _ = chk_exercises._online_attention_reference(*cases[0].args)
     assert o == pytest.approx(19.187, abs=5e-4)
 
 
@@ -589,5 +592,5 @@ def test_an_honest_answer_that_warns_passes_and_the_text_says_warnings_are_not_g
 
 
 def test_no_failure_label_cites_a_quick_check_the_learner_has_not_reached():
-    cases = chk._stats_cases(0, 2) + chk._attention_cases(0, 2)
+    cases = chk_exercises._stats_cases(0, 2) + chk_exercises._attention_cases(0, 2)
     assert not any("quick check" in case.label for case in cases)

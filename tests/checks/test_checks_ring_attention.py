@@ -17,7 +17,7 @@ import torch
 from checkhelp import as_learner, run_quietly, slug_of
 
 from course_utils.checks import ring_attention as checks
-from course_utils.checks._core import CheckFailure
+from course_utils.checks.engine.failures import CheckFailure
 
 # ---------------------------------------------------------------------------------------------
 # ring_plan and merge_partials as learners write them

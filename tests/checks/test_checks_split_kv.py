@@ -21,7 +21,8 @@ from checkhelp import as_learner, run_quietly, slug_of
 
 import course_utils as cu
 from course_utils.checks import split_kv as checks
-from course_utils.checks._core import CheckFailure
+from course_utils.checks.engine.failures import CheckFailure
+from course_utils.checks.split_kv import exercises as checks_exercises
 from course_utils.widgets.sm_fill import sm_fill_state
 
 NEG_INF = -np.inf
@@ -389,9 +390,9 @@ def test_decode_whose_partials_read_the_whole_cache_is_refused():
 
 def test_the_rules_see_the_notebooks_solution_as_following_them():
     """The traced loads of the solution's style: each chunk of K and V read once, in 4 reads."""
-    case = checks._rule_case()
-    rule = checks._chunk_reads_rule(case, "")
-    from course_utils.checks._core import instrumented_call
+    case = checks_exercises._rule_case()
+    rule = checks_exercises._chunk_reads_rule(case, "")
+    from course_utils.checks.engine.watch import instrumented_call
 
     report = instrumented_call(
         decode_own_merge, case.args, name="t", trace=(1, 2), spy=("split_kv_partials",)
@@ -426,7 +427,7 @@ def decode_calling_reference(q, K, V, num_splits):
 
 
 def decode_borrowing_a_checks_helper(q, K, V, num_splits):
-    return checks._merge_all(*split_kv_partials(q, K, V, num_splits))
+    return checks_exercises._merge_all(*split_kv_partials(q, K, V, num_splits))
 
 
 def grid_from_the_figure(batch, heads, num_splits, num_sms=132):
@@ -443,7 +444,7 @@ def grid_from_the_figure(batch, heads, num_splits, num_sms=132):
         (checks.check_split_kv_partials, cu.split_kv_partials),
         (checks.check_decode_grid, grid_from_the_figure),
     ],
-    ids=["cu.split_kv_partials", "checks._merge_all", "cu.split_kv_decode",
+    ids=["cu.split_kv_partials", "checks_exercises._merge_all", "cu.split_kv_decode",
          "cu.split_kv_partials itself", "sm_fill_state"],
 )  # fmt: skip
 def test_borrowing_the_courses_code_is_flagged(check, fn):
@@ -460,7 +461,7 @@ def test_grid_from_sm_fill_state_names_it():
 
 
 def test_cases_cover_the_edges():
-    cases = checks._split_cases(0, 30)
+    cases = checks_exercises._split_cases(0, 30)
     q, K, V, k = cases[0].args
     out, lse = cu.split_kv_partials(q, K, V, k)
     assert out[:, 0] == pytest.approx([4 / 3, 10 / 3]) and np.exp(lse) == pytest.approx([3, 12])
@@ -482,22 +483,22 @@ def test_cases_cover_the_edges():
         gaps.append(finite.max() - finite.min())
     assert max(gaps) >= 999
     assert all(c.focus for c in cases)
-    labels = " ".join(c.label for c in cases + checks._grid_cases(0, 3))
+    labels = " ".join(c.label for c in cases + checks_exercises._grid_cases(0, 3))
     assert "lesson" not in labels and "check yourself" not in labels
-    grid = checks._grid_cases(0, 5)
+    grid = checks_exercises._grid_cases(0, 5)
     assert [c.args for c in grid[:3]] == [(1, 32, 1), (4, 16, 1), (4, 16, 8)]
 
 
 def test_decode_check_compares_with_full_attention():
     rng = np.random.default_rng(3)
     q, K, V = rng.normal(size=4), rng.normal(size=(9, 4)), rng.normal(size=(9, 2))
-    o, lse = checks._decode_reference(q, K, V, 3)
+    o, lse = checks_exercises._decode_reference(q, K, V, 3)
     full_o, full_lse = cu.attention_reference(q[None], K, V)
     assert np.array_equal(o, full_o[0]) and lse == full_lse[0]
 
 
 def test_the_rule_case_makes_a_whole_read_many_chunks_wide():
-    case = checks._rule_case()
+    case = checks_exercises._rule_case()
     nk, k = len(case.args[1]), case.args[3]
     assert nk / -(-nk // k) > 3.5  # a read of all the keys is ~4 chunks
 
@@ -511,27 +512,27 @@ def _ids(m):
     return m.slug  # pytest numbers repeated slugs; ids must be the same in every worker
 
 
-@pytest.mark.parametrize("mistake", checks.PARTIALS_MISTAKES, ids=_ids)
+@pytest.mark.parametrize("mistake", checks_exercises.PARTIALS_MISTAKES, ids=_ids)
 def test_partials_mistakes_are_named(mistake):
     failure = failure_of(checks.check_split_kv_partials, as_learner(mistake.fn.raw))
     assert slug_of(failure) == mistake.slug, str(failure)
 
 
-@pytest.mark.parametrize("mistake", checks.DECODE_MISTAKES, ids=_ids)
+@pytest.mark.parametrize("mistake", checks_exercises.DECODE_MISTAKES, ids=_ids)
 def test_decode_mistakes_are_named(mistake):
     failure = failure_of(checks.check_split_kv_decode, as_learner(mistake.fn.raw))
     assert slug_of(failure) == mistake.slug, str(failure)
 
 
-@pytest.mark.parametrize("mistake", checks.GRID_MISTAKES, ids=_ids)
+@pytest.mark.parametrize("mistake", checks_exercises.GRID_MISTAKES, ids=_ids)
 def test_grid_mistakes_are_named(mistake):
     failure = failure_of(checks.check_decode_grid, as_learner(mistake.fn.raw))
     assert slug_of(failure) == mistake.slug, str(failure)
 
 
 def test_the_briefs_mistakes_are_all_there():
-    partial_slugs = {m.slug for m in checks.PARTIALS_MISTAKES}
-    decode_slugs = {m.slug for m in checks.DECODE_MISTAKES}
+    partial_slugs = {m.slug for m in checks_exercises.PARTIALS_MISTAKES}
+    decode_slugs = {m.slug for m in checks_exercises.DECODE_MISTAKES}
     assert {
         "dropped-tail",
         "nan-masked",

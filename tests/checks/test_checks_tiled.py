@@ -17,7 +17,8 @@ from checkhelp import as_learner, run_quietly, slug_of
 import course_utils as cu
 from course_utils.checks import CheckFailure
 from course_utils.checks import tiled_forward as T
-from course_utils.checks._core import instrumented_call
+from course_utils.checks.engine.watch import instrumented_call
+from course_utils.checks.tiled_forward import exercises as T_exercises
 from course_utils.widgets.tile_grid import FULL, MASK, SKIP, tile_kind, tile_kinds
 
 try:  # a learner's forward in torch (the memory budget refuses it); a NumPy-only lab has none
@@ -487,7 +488,7 @@ def test_the_check_cell_is_fast():
 
 def test_course_reference_agrees_with_the_checks_cases():
     """The cases the check builds, run through cu.flash_attention_forward, match the oracle."""
-    for case in T._flash_cases(seed=1, trials=30):
+    for case in T_exercises._flash_cases(seed=1, trials=30):
         O, lse = cu.flash_attention_forward(*case.args, **case.kwargs)
         O_ref, lse_ref = cu.attention_reference(*case.args, causal=case.kwargs.get("causal", False))
         np.testing.assert_allclose(O, O_ref, rtol=1e-10, atol=1e-10)
@@ -497,16 +498,16 @@ def test_course_reference_agrees_with_the_checks_cases():
 def test_rule_following_replay_is_exact_and_the_fast_reference_agrees():
     """_flash_variant without a bug is right (it bounds the loads), and the memory case's tiled
     reference agrees with attention_reference."""
-    for case in T._flash_cases(seed=2, trials=20):
+    for case in T_exercises._flash_cases(seed=2, trials=20):
         for got, want in zip(
-            T._flash_variant(*case.args, **case.kwargs),
+            T_exercises._flash_variant(*case.args, **case.kwargs),
             cu.attention_reference(*case.args, causal=case.kwargs.get("causal", False)),
             strict=True,
         ):
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
-    case = T._MEMORY_CASE
+    case = T_exercises._MEMORY_CASE
     for got, want in zip(
-        T._reference_forward(*case.args, **case.kwargs),
+        T_exercises._reference_forward(*case.args, **case.kwargs),
         cu.attention_reference(*case.args, causal=True),
         strict=True,
     ):
@@ -514,7 +515,7 @@ def test_rule_following_replay_is_exact_and_the_fast_reference_agrees():
 
 
 def test_flash_cases_cover_the_required_shapes():
-    cases = T._flash_cases(seed=0, trials=0)
+    cases = T_exercises._flash_cases(seed=0, trials=0)
     shapes = [(len(c.args[0]), len(c.args[1]), c.kwargs) for c in cases]
     assert any(nk == 0 for _, nk, _ in shapes)  # no keys
     assert any(nq != nk and nk > 0 for nq, nk, _ in shapes)  # Nq != Nk
@@ -531,7 +532,7 @@ def test_the_forward_cases_come_in_the_four_stages_of_the_notebook():
     """plain tiles, ragged tiles, causal mask, N_q != N_k: contiguous, in that order, and each
     case belongs to its stage; the worked examples open the first one."""
     for seed, trials in ((0, 10), (3, 40)):
-        cases = T._flash_cases(seed=seed, trials=trials)
+        cases = T_exercises._flash_cases(seed=seed, trials=trials)
         order = [c.stage for c in cases]
         runs = [s for k, s in enumerate(order) if k == 0 or order[k - 1] != s]
         assert (
@@ -590,7 +591,7 @@ def _no_scale(Q, K, V, Br=16, Bc=16, causal=False):
 
 
 def _mask_hides_diagonal(Q, K, V, Br=16, Bc=16, causal=False):
-    return T._flash_variant(Q, K, V, Br, Bc, causal, visible="c < r")
+    return T_exercises._flash_variant(Q, K, V, Br, Bc, causal, visible="c < r")
 
 
 @pytest.mark.parametrize(
@@ -627,7 +628,9 @@ def test_the_first_failing_stage_is_named(learner, header):
 
 
 def test_labels_speak_of_the_notebook():
-    cases = T._flash_cases(seed=0, trials=3) + T._tile_map_cases(seed=0, trials=3)
+    cases = T_exercises._flash_cases(seed=0, trials=3) + T_exercises._tile_map_cases(
+        seed=0, trials=3
+    )
     rule_cases = [r.case for r in T.forward_rules()]
     for case in cases + rule_cases:
         assert not any(w in case.label.lower() for w in ("textbook", "lesson", "check yourself"))
@@ -649,12 +652,12 @@ def test_the_rule_cases_are_what_the_brief_asks():
 def test_the_solution_peak_is_well_within_the_budget():
     report = instrumented_call(
         flash_attention_forward,
-        T._MEMORY_CASE.args,
-        T._MEMORY_CASE.kwargs,
+        T_exercises._MEMORY_CASE.args,
+        T_exercises._MEMORY_CASE.kwargs,
         name="flash_attention_forward",
         memory=True,
     )
-    Q, K, V = T._MEMORY_CASE.args
+    Q, K, V = T_exercises._MEMORY_CASE.args
     assert report.peak < T.memory_allowed(len(Q), len(K), 16, 16, 64, 64) / 3
 
 
@@ -677,7 +680,13 @@ def test_a_whole_score_matrix_is_reported_in_bytes():
 
 @pytest.mark.parametrize(
     "replay",
-    [T.FULL_SCORES, T.IGNORES_BC, T.IGNORES_BR, T.NO_CAUSAL_SKIP, T.SLICED_ABOVE],
+    [
+        T_exercises.FULL_SCORES,
+        T_exercises.IGNORES_BC,
+        T_exercises.IGNORES_BR,
+        T_exercises.NO_CAUSAL_SKIP,
+        T_exercises.SLICED_ABOVE,
+    ],
     ids=lambda m: m.slug + ": " + m.title,
 )
 def test_the_modules_rule_breaking_replays_are_named(replay):
@@ -742,7 +751,9 @@ def test_calling_the_course_reference_is_refused():
         )
     with pytest.raises(CheckFailure, match="calls-reference"):
         T.check_flash_attention_forward(
-            lambda Q, K, V, Br=16, Bc=16, causal=False: T._flash_variant(Q, K, V, Br, Bc, causal)
+            lambda Q, K, V, Br=16, Bc=16, causal=False: T_exercises._flash_variant(
+                Q, K, V, Br, Bc, causal
+            )
         )
 
 
@@ -760,7 +771,7 @@ def test_calling_the_course_reference_is_refused():
                 for j in range(-(-N // Bc))
             ]
         ).reshape(-(-N // Br), -(-N // Bc)),
-        lambda N, Br, Bc: T._tile_map_reference(N, Br, Bc),
+        lambda N, Br, Bc: T_exercises._tile_map_reference(N, Br, Bc),
     ],
     ids=["tile_kinds", "partial", "lambda", "copied", "tile_kind per tile", "check's own"],
 )
@@ -1011,7 +1022,7 @@ def test_hint_3_section_6_and_the_feedback_use_r1_c1_as_exclusive_ends():
         assert np.array_equal(got, tile_kinds(N, Br, Bc, causal=True)), (N, Br, Bc)
     section6 = next(s for s in cells if s.startswith("## 6. Causal masking"))
     assert "$c_0 > r_1 - 1$" in section6 and "$c_1 - 1 \\le r_0$" in section6
-    assert "c0 > r1 - 1" in T._OFF_BY_ONE and "c1 - 1 <= r0" in T._OFF_BY_ONE
+    assert "c0 > r1 - 1" in T_exercises._OFF_BY_ONE and "c1 - 1 <= r0" in T_exercises._OFF_BY_ONE
 
 
 def test_the_recall_answer_states_the_numbers_of_the_16_b_d_rule():
@@ -1101,14 +1112,20 @@ def test_torch_reached_without_its_name_is_seen_by_its_calls():
         return s.numpy()
 
     with pytest.raises(CheckFailure) as info:
-        instrumented_call(sneaky, T._MEMORY_CASE.args, T._MEMORY_CASE.kwargs, name="f", memory=True)
+        instrumented_call(
+            sneaky,
+            T_exercises._MEMORY_CASE.args,
+            T_exercises._MEMORY_CASE.kwargs,
+            name="f",
+            memory=True,
+        )
     assert slug_of(info.value) == "array-library-in-numpy-exercise", str(info.value)
 
 
 def test_other_array_libraries_are_named_by_what_the_code_refers_to():
     import types
 
-    from course_utils.checks._array_libraries import libraries_named
+    from course_utils.checks.engine.array_libraries import libraries_named
 
     jnp = types.ModuleType("jax.numpy")  # JAX is not installed here: a module of that name
 
@@ -1134,7 +1151,11 @@ def test_other_array_libraries_are_named_by_what_the_code_refers_to():
 def test_numpy_forwards_pass_the_budget_with_torch_imported(fn):
     pytest.importorskip("torch")  # imported: the torch watch is on, and sees no torch call
     report = instrumented_call(
-        fn, T._MEMORY_CASE.args, T._MEMORY_CASE.kwargs, name="forward", memory=True
+        fn,
+        T_exercises._MEMORY_CASE.args,
+        T_exercises._MEMORY_CASE.kwargs,
+        name="forward",
+        memory=True,
     )
     assert report.peak is not None and report.peak > 0
 
@@ -1146,8 +1167,8 @@ def test_the_budget_never_imports_torch():
 
     code = (
         "import sys\n"
-        "from course_utils.checks import tiled_forward as T\n"
-        "from course_utils.checks._core import instrumented_call\n"
+        "from course_utils.checks.tiled_forward import exercises as T\n"
+        "from course_utils.checks.engine.watch import instrumented_call\n"
         "def numpy_forward(Q, K, V, Br=16, Bc=16, causal=False):\n"
         "    return Q @ K.T\n"
         "r = instrumented_call(numpy_forward, T._MEMORY_CASE.args, T._MEMORY_CASE.kwargs,\n"

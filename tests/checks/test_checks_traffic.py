@@ -16,8 +16,11 @@ from checkhelp import as_learner, run_quietly, slug_of
 
 import course_utils as cu
 from course_utils.checks import hbm_traffic as checks
-from course_utils.checks._core import CheckFailure
-from course_utils.references.memory import CountingMemory
+from course_utils.checks.engine.failures import CheckFailure
+from course_utils.checks.hbm_traffic import exercises as checks_exercises
+from course_utils.checks.hbm_traffic import loops as checks_loops
+from course_utils.checks.hbm_traffic import replay as checks_replay
+from course_utils.references.memory import CountingMemory, ThreadBlockError
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,18 +301,18 @@ def test_the_checks_are_fast():
 
 
 def test_cases_start_small_and_cover_the_edge_cases():
-    std = checks._standard_cases(0, 3)
+    std = checks_exercises._standard_cases(0, 3)
     assert std[0].args == (3, 2)
     assert any(d > N for N, d in (c.args for c in std))
     assert any(N >= 2**20 for N, _ in (c.args for c in std))
-    flash = [c.args for c in checks._flash_cases(0, 3)]
+    flash = [c.args for c in checks_exercises._flash_cases(0, 3)]
     assert flash[0] == (6, 2, 2)
     assert any(N % Br for N, _, Br in flash)  # ragged
     assert any(N % Br == 1 and N > Br for N, _, Br in flash)  # a last tile of one row
     assert any(Br > N for N, _, Br in flash) and any(Br == N for N, _, Br in flash)
     assert any(Br == 1 for _, _, Br in flash) and (1, 1, 1) in flash
     assert (16384, 64, 128) in flash and (10, 4, 4) in flash  # the notebook's examples
-    loops = [c.kwargs for c in checks._count_cases(0, 3)]
+    loops = [c.kwargs for c in checks_exercises._count_cases(0, 3)]
     assert loops[0] == {"N": 4, "d": 2, "Br": 2, "Bc": 2}
     assert any(k["Br"] != k["Bc"] for k in loops)
     assert any(k["N"] % k["Br"] and k["N"] % k["Bc"] for k in loops)
@@ -324,9 +327,8 @@ def test_cases_start_small_and_cover_the_edge_cases():
 
 
 def test_labels_speak_of_the_notebook():
-    cases = (
-        checks._standard_cases(0, 0) + checks._flash_cases(0, 0) + checks._count_cases(0, 0)
-    )  # fmt: skip
+    ex = checks_exercises
+    cases = ex._standard_cases(0, 0) + ex._flash_cases(0, 0) + ex._count_cases(0, 0)
     for case in cases:
         assert not any(w in case.label.lower() for w in ("lesson", "textbook", "recall")), case
         assert case.focus
@@ -391,11 +393,11 @@ def test_students_loops_that_break_a_rule_are_named(loop, slug):
 def test_the_rule_breakers_have_the_right_counts():
     """Without the rules, the loops that store O at the end or stream K/V first look right."""
     for loop in (store_all_of_o_at_the_end, stream_kv_before_q, store_o_before_the_stream):
-        mem = checks.fresh_memory(64, 8, rules=False)
+        mem = checks_replay.fresh_memory(64, 8, rules=False)
         loop(mem, 64, 8, 8, 8)
         assert mem.traffic() == good_flash(64, 8, 8)
-        with pytest.raises(cu.memory.ThreadBlockError):
-            loop(checks.fresh_memory(64, 8), 64, 8, 8, 8)
+        with pytest.raises(ThreadBlockError):
+            loop(checks_replay.fresh_memory(64, 8), 64, 8, 8, 8)
 
 
 def test_a_kv_tile_one_row_short_is_not_called_kv_read_once():
@@ -496,7 +498,7 @@ def test_faking_the_memory_does_not_pass(loop, slug):
 
 
 def test_the_counters_cannot_be_written():
-    mem = checks.fresh_memory(4, 2)
+    mem = checks_replay.fresh_memory(4, 2)
     for name in ("reads", "writes", "total_reads", "total_elements", "M", "compute", "on_chip"):
         with pytest.raises(AttributeError):
             setattr(mem, name, 0)
@@ -533,7 +535,7 @@ def test_calling_the_reference_is_refused():
     assert slug_of(info.value) == "calls-reference"
     with pytest.raises(CheckFailure) as info:  # the check's own rule-following loop
         checks.check_count_flash_forward(
-            lambda mem, N, d, Br, Bc: checks._loop_fa2(mem, N, d, Br, Bc)
+            lambda mem, N, d, Br, Bc: checks_loops._loop_fa2(mem, N, d, Br, Bc)
         )
     assert slug_of(info.value) == "calls-reference"
     with pytest.raises(CheckFailure) as info:
@@ -542,7 +544,7 @@ def test_calling_the_reference_is_refused():
 
 
 def test_the_allowed_methods_are_the_memorys_and_run_nothing_whole():
-    allowed = set(checks._MEMORY_METHODS)
+    allowed = set(checks_replay._MEMORY_METHODS)
     assert not allowed & {"count_flash_attention", "_flash2", "_flash1", "__init__"}
     api = {n for n in dir(CountingMemory) if not n.startswith("_")} | {"__repr__", "_repr_html_"}
     assert api <= allowed, api - allowed
@@ -579,7 +581,7 @@ def test_a_crash_is_reported_with_its_input():
 
 
 def test_fresh_memory_and_budget():
-    mem = checks.fresh_memory(10, 3, M=50)
+    mem = checks_replay.fresh_memory(10, 3, M=50)
     assert [t.shape for t in mem.counts.values()] == [(10, 3)] * 4
     assert list(mem.counts) == ["Q", "K", "V", "O"]
     assert all(t.itemsize == 2 for t in mem.counts.values()) and mem.total_elements == 0
@@ -590,15 +592,15 @@ def test_fresh_memory_and_budget():
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_checks_own_loop_follows_every_rule_and_counts_what_the_course_counts(seed):
-    for case in checks._count_cases(seed, 10):
-        N, d, Br, Bc = checks._sizes(case)
-        mem = checks.fresh_memory(N, d, checks.tile_budget(d, Br, Bc))
+    for case in checks_exercises._count_cases(seed, 10):
+        N, d, Br, Bc = checks_exercises._sizes(case)
+        mem = checks_replay.fresh_memory(N, d, checks.tile_budget(d, Br, Bc))
         start = len(mem.operations)
-        checks._loop_fa2(mem, N, d, Br, Bc)
-        replay = checks._replay(mem.operations[start:], case)
+        checks_loops._loop_fa2(mem, N, d, Br, Bc)
+        replay = checks_exercises._replay(mem.operations[start:], case)
         assert replay.breach is None and replay.tiles_ok
         course = cu.count_flash_attention(N=N, d=d, Br=Br, Bc=Bc).mem
-        assert replay.counts == checks._counts(course) == checks._expected(case)
+        assert replay.counts == checks_replay._counts(course) == checks_exercises._expected(case)
 
 
 # ---------------------------------------------------------------------------------------------

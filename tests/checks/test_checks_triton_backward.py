@@ -20,8 +20,9 @@ from checkhelp import run_quietly, slug_of
 import course_utils.triton_attention as ta  # noqa: F401  (the interpreter before triton)
 from benchmarks import learner_solutions
 from course_utils.checks import CheckFailure
-from course_utils.checks import triton_backward as C
-from course_utils.checks import triton_backward_function as F
+from course_utils.checks.triton_backward import function as F
+from course_utils.checks.triton_backward import kernels as C
+from course_utils.checks.triton_backward import quick as Q
 
 REPO = Path(__file__).resolve().parents[2]
 _count = itertools.count()
@@ -295,11 +296,11 @@ def test_bad_launcher_input_is_named(solution):
 
 
 def test_quick_checks():
-    run_quietly(C.check_quick_matmuls, 7)
-    run_quietly(C.check_quick_causal_query_tiles, 13)
-    run_quietly(C.check_quick_saved_bytes, 4 * 4096 * 128 * 2 + 4096 * 4)
+    run_quietly(Q.check_quick_matmuls, 7)
+    run_quietly(Q.check_quick_causal_query_tiles, 13)
+    run_quietly(Q.check_quick_saved_bytes, 4 * 4096 * 128 * 2 + 4096 * 4)
     with pytest.raises(CheckFailure, match="one-kernel"):
-        C.check_quick_matmuls(5)
+        Q.check_quick_matmuls(5)
 
 
 # ---- the Function: its backward runs the learner's kernels, and nothing N_q x N_k ---------------

@@ -21,8 +21,8 @@ from triton.runtime.jit import KernelInterface
 import course_utils.triton_attention as ta  # noqa: F401  (first: the interpreter)
 from benchmarks import learner_solutions
 from course_utils.checks import CheckFailure
-from course_utils.checks import triton_forward as TF
-from course_utils.checks import triton_puzzles as TP
+from course_utils.checks.triton_forward import forward as TF
+from course_utils.checks.triton_forward import puzzles as TP
 from course_utils.harness.triton_puzzles import check_attention_inputs
 
 

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 from checkhelp import run_quietly, slug_of
 
-from course_utils.checks import CheckFailure, _core
-from course_utils.checks._core import Option, Question, check_choice
-from course_utils.checks._wire import decode, encode
+from course_utils.checks import CheckFailure
 from course_utils.checks.concepts import NOTEBOOK, QUESTIONS, check_concept
+from course_utils.checks.engine import quizzes
+from course_utils.checks.engine.quizzes import Option, Question, check_choice
+from course_utils.checks.engine.wire import decode, encode
 from graders.run import pipeline
 
 NAMES = sorted(QUESTIONS)
@@ -143,7 +144,7 @@ def test_a_staged_check_names_the_first_failing_stage():
     import numpy as np
     from checkhelp import as_learner
 
-    from course_utils.checks._core import Case, run_cases
+    from course_utils.checks.engine.cases import Case, run_cases
 
     def reference(x):
         return np.cumsum(x)
@@ -226,13 +227,13 @@ def test_every_numeric_quick_check_states_the_tolerance_it_uses(assignment, monk
     def record(label, yours, expected, *, rtol=1e-3, **kwargs):
         used["rtol"] = rtol
 
-    monkeypatch.setattr(_core, "check_answer", record)
+    monkeypatch.setattr(quizzes, "check_answer", record)
     checks = list(_quick_checks(assignment))
     assert checks
     for check, question in checks:
         used.clear()
         check(0.0)
-        phrase = _core.tolerance_phrase(used["rtol"])
+        phrase = quizzes.tolerance_phrase(used["rtol"])
         assert f"tolerance: {phrase}" in question, (check.__name__, phrase, question)
 
 
@@ -253,7 +254,7 @@ def test_an_answer_within_ten_tolerances_is_asked_for_digits_not_hinted():
 
 def test_significant_digits_always_meet_the_tolerance():
     for rtol in (1e-4, 5e-3, 1e-3, 1e-2, 2e-2):
-        n = _core.significant_digits(rtol)
+        n = quizzes.significant_digits(rtol)
         for value in (1.04999, 1.94999, 9.999, 19.1868, 0.135335):
             rounded = float(f"{value:.{n}g}")
             assert abs(rounded - value) <= rtol * abs(value)
@@ -262,7 +263,7 @@ def test_significant_digits_always_meet_the_tolerance():
 def test_a_known_wrong_value_near_the_right_one_keeps_its_hint():
     """The digits request never hides a known mistake's hint (hinted_answer's windows)."""
     with pytest.raises(CheckFailure) as info:
-        _core.hinted_answer("x", 1.011, 1.0, [(1.012, "the known mistake")], "default", rtol=1e-2)
+        quizzes.hinted_answer("x", 1.011, 1.0, [(1.012, "the known mistake")], "default", rtol=1e-2)
     assert "the known mistake" in str(info.value) and "significant" not in str(info.value)
 
 

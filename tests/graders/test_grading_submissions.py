@@ -643,7 +643,7 @@ def test_every_bank_mistake_is_plain_code_its_check_names(assignment, name, ex, 
     import linecache
 
     from course_utils.checks import CheckFailure
-    from course_utils.checks._core import misconception_slug
+    from course_utils.checks.engine.failures import misconception_slug
 
     assert "course_utils" not in code  # the kernel cannot see course_utils while graded
     solved = pipeline.solved_notebook(assignment)

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from course_utils.checks import _wire
-from course_utils.checks.merge_partials import key_parts
+from course_utils.checks.engine import wire as _wire
+from course_utils.harness.key_parts import key_parts
 from graders.isolation import student_build
 from graders.isolation.remote import KernelChannel, RemoteError, run_test_cell
 
@@ -113,7 +113,7 @@ def test_stripped_package_has_no_answers_but_keeps_the_api(stripped):
     out = _run_in(
         stripped,
         "import numpy as np, inspect, course_utils as cu\n"
-        "from course_utils.checks._core import ReferenceUnavailable\n"
+        "from course_utils.checks.engine.failures import ReferenceUnavailable\n"
         f"assert cu.__file__.startswith({str(stripped)!r})\n"
         "for f in (cu.online_softmax_stats, cu.merge_partials, cu.flash_attention_forward,\n"
         "          cu.flash_attention_backward, cu.standard_attention_traffic):\n"
@@ -122,8 +122,9 @@ def test_stripped_package_has_no_answers_but_keeps_the_api(stripped):
         "    except ReferenceUnavailable as e:\n"
         "        print('stub', e)\n"
         "import course_utils.checks.online_softmax as chk\n"
+        "import course_utils.checks.online_softmax.mistakes as replays\n"
         "import course_utils.widgets.tile_grid as tg\n"
-        "for f in (chk._online_attention_reference, chk.check_online_softmax_stats,\n"
+        "for f in (replays._online_attention_reference, chk.check_online_softmax_stats,\n"
         "          tg.tile_kinds):\n"
         "    try:\n"
         "        f(1, 2, 3)\n"
@@ -131,7 +132,7 @@ def test_stripped_package_has_no_answers_but_keeps_the_api(stripped):
         "        print('stub')\n"
         "src = inspect.getsource(cu.online_softmax_stats)\n"
         "assert 'exp' not in src, src\n"
-        "from course_utils.checks.merge_partials import key_parts\n"
+        "from course_utils.harness.key_parts import key_parts\n"
         "print(key_parts([0], [1, 2]))\n"
         "print(cu.H200.num_sms)\n"
         "mem = cu.CountingMemory(M=10_000)\n"
@@ -232,7 +233,7 @@ CHEATS = {
     "profile off": "import sys\nsys.setprofile(None)\nsys.setprofile = lambda f: None\n",
     "import hook": "import builtins\n_imp = builtins.__import__\n"
     "def hook(name, *a, **k):\n    return _imp(name, *a, **k)\nbuiltins.__import__ = hook\n",
-    "del hook": "import course_utils.checks._core as c\n"
+    "del hook": "import course_utils.checks.engine.cases as c\n"
     "class X:\n    def __del__(self):\n        c.run_cases = lambda *a, **k: None\n"
     "x = X(); del x\n",
 }

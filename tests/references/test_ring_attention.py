@@ -286,7 +286,7 @@ def test_guard_names_a_channel_around_comm(before, called):
 
 
 def test_guard_watches_threads_a_rank_starts():
-    from course_utils.checks._core import ReferenceUnavailable
+    from course_utils.checks.engine.failures import ReferenceUnavailable
 
     def plan_in_a_thread(comm):
         import threading

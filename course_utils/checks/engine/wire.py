@@ -1,0 +1,204 @@
+"""The wire format between a grader and the process that runs a learner's code.
+
+A value is encoded as JSON (numbers, strings, lists, tagged tuples and dicts) plus a dict of NumPy
+arrays stored in an .npz file. Decoding never unpickles anything (np.load(allow_pickle=False),
+json.loads), so whatever the learner's process writes, reading it cannot run its code. Only the
+types below travel; anything else is refused with a message naming its type. A function of
+course_utils marked with @travels (a check's own backend, passed to the learner's code) travels
+by its module and name, and is imported back from the package on the other side: decoding
+imports a course_utils module, never a name the sender chose outside the package, and accepts
+only a function that carries the mark.
+
+    encode(value) -> (tree, arrays)        decode(tree, arrays) -> value
+    save(path, value)                      load(path) -> value
+    @travels                               mark a module-level course_utils function to travel
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import types
+from pathlib import Path
+
+import numpy as np
+
+
+class WireError(TypeError):
+    """A value that cannot travel between the grader and the learner's process."""
+
+
+_MARK = "__course_wire__"
+
+
+def travels(fn):
+    """Mark fn, a module-level function of course_utils, as sent by name (returns fn)."""
+    setattr(fn, _MARK, True)
+    return fn
+
+
+def _travelling(v) -> bool:
+    return (
+        isinstance(v, types.FunctionType)
+        and getattr(v, _MARK, False) is True
+        and (v.__module__ or "").startswith("course_utils.")
+        and v.__qualname__ == v.__name__
+    )
+
+
+def _function(path: str):
+    """The marked function course_utils.<module>:<name> names; WireError for anything else."""
+    module, _, name = path.partition(":")
+    if not module.startswith("course_utils.") or not name.isidentifier():
+        raise WireError(f"cannot receive the function {path!r}: not a course_utils function")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise WireError(f"cannot receive the function {path!r}: {exc}") from None
+    if not _travelling(fn):
+        raise WireError(f"cannot receive the function {path!r}: it is not marked to travel")
+    return fn
+
+
+def _classes():
+    """Array subclasses that travel by name (imported lazily: each module imports this one)."""
+    from course_utils.harness.key_parts import KeyParts
+
+    return {"KeyParts": KeyParts}
+
+
+def encode(value, arrays: dict | None = None):
+    """The JSON-able tree of value; arrays are put into `arrays` under generated keys."""
+    arrays = {} if arrays is None else arrays
+
+    def put(arr: np.ndarray) -> str:
+        key = f"a{len(arrays)}"
+        arrays[key] = arr
+        return key
+
+    def enc(v):
+        if isinstance(v, np.generic):  # before float: np.float64 is a float
+            return {"__scalar__": put(np.asarray(v))}
+        if v is None or isinstance(v, bool | str):
+            return v
+        if isinstance(v, int):
+            return {"__int__": str(v)} if abs(v) > 2**53 else v
+        if isinstance(v, float):
+            return {"__float__": float.__repr__(v)}
+        if isinstance(v, np.ndarray):
+            cls = type(v).__name__ if type(v) is not np.ndarray else None
+            if cls is not None and cls not in _classes() and cls != "Traced":
+                cls = None
+            if v.dtype == object:
+                return {
+                    "__objects__": [enc(x) for x in v.ravel()],
+                    "shape": list(v.shape),
+                    "cls": cls,
+                }
+            if v.dtype.kind not in "biufc":
+                raise WireError(f"cannot send an array of dtype {v.dtype}")
+            plain = np.array(v.view(np.ndarray), order="C", copy=True)
+            return {"__array__": put(plain), "cls": None if cls == "Traced" else cls}
+        if isinstance(v, tuple):
+            return {"__tuple__": [enc(x) for x in v]}
+        if isinstance(v, list):
+            return [enc(x) for x in v]
+        if isinstance(v, set | frozenset):  # e.g. the letters of a concept question
+            items = [enc(x) for x in v]
+            if not all(isinstance(x, str | int | bool) for x in items):
+                raise WireError("cannot send a set of anything but strings and numbers")
+            return {"__set__": sorted(items, key=repr)}
+        if isinstance(v, dict):
+            if not all(isinstance(k, str) for k in v):
+                raise WireError("cannot send a dict whose keys are not strings")
+            return {"__dict__": {k: enc(x) for k, x in v.items()}}
+        if _travelling(v):
+            return {"__function__": f"{v.__module__}:{v.__name__}"}
+        torch = _torch_if_tensor(v)
+        if torch is not None:
+            dtype = str(v.dtype).removeprefix("torch.")
+            data = v.detach().cpu()
+            if dtype == "bfloat16":
+                data = data.float()
+            return {"__tensor__": put(data.numpy()), "dtype": dtype, "device": str(v.device)}
+        raise WireError(f"cannot send a value of type {type(v).__name__}")
+
+    return enc(value), arrays
+
+
+def _torch_if_tensor(v):
+    mod = type(v).__module__ or ""
+    if not mod.startswith("torch"):
+        return None
+    import torch
+
+    return torch if isinstance(v, torch.Tensor) else None
+
+
+def decode(tree, arrays):
+    """The value encoded as tree (the inverse of encode)."""
+
+    def dec(t):
+        if t is None or isinstance(t, bool | str | int):
+            return t
+        if isinstance(t, float):
+            return t
+        if isinstance(t, list):
+            return [dec(x) for x in t]
+        if not isinstance(t, dict):
+            raise WireError(f"unexpected {type(t).__name__} on the wire")
+        if "__int__" in t:
+            return int(t["__int__"])
+        if "__float__" in t:
+            return float(t["__float__"])
+        if "__scalar__" in t:
+            return np.asarray(arrays[t["__scalar__"]])[()]
+        if "__array__" in t:
+            arr = np.array(arrays[t["__array__"]])
+            return _as_class(arr, t.get("cls"))
+        if "__objects__" in t:
+            arr = np.empty(len(t["__objects__"]), dtype=object)
+            for i, x in enumerate(t["__objects__"]):
+                arr[i] = dec(x)
+            return _as_class(arr.reshape(t["shape"]), t.get("cls"))
+        if "__tuple__" in t:
+            return tuple(dec(x) for x in t["__tuple__"])
+        if "__set__" in t:
+            return frozenset(dec(x) for x in t["__set__"])
+        if "__dict__" in t:
+            return {str(k): dec(x) for k, x in t["__dict__"].items()}
+        if "__function__" in t:
+            return _function(str(t["__function__"]))
+        if "__tensor__" in t:
+            import torch
+
+            data = torch.from_numpy(np.array(arrays[t["__tensor__"]]))
+            return data.to(getattr(torch, t["dtype"]))
+        raise WireError(f"unknown tag on the wire: {sorted(t)}")
+
+    return dec(tree)
+
+
+def _as_class(arr: np.ndarray, cls: str | None):
+    if cls is None:
+        return arr
+    known = _classes()
+    if cls not in known:
+        raise WireError(f"unknown array class {cls!r} on the wire")
+    return arr.view(known[cls])
+
+
+def save(path: Path, value) -> None:
+    """Write value to path (an .npz holding the arrays and the JSON tree)."""
+    tree, arrays = encode(value)
+    meta = np.frombuffer(json.dumps(tree).encode(), dtype=np.uint8)
+    with open(path, "wb") as fh:
+        np.savez(fh, __tree__=meta, **arrays)
+
+
+def load(path: Path):
+    """The value stored at path by save; never unpickles."""
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files if k != "__tree__"}
+        tree = json.loads(bytes(data["__tree__"]).decode())
+    return decode(tree, arrays)
