@@ -1,7 +1,8 @@
 """No import circles among course_utils's modules, read from their source (no module is imported).
 
 The graph has an edge M -> N for every absolute `import course_utils...` or `from course_utils...
-import ...` in M, at module level or inside a function (a function-level import runs too, later):
+import ...` in M, at module level or inside a function (a function-level import runs too,
+later); imports under `if TYPE_CHECKING:` are left out (they never run):
 
     import a.b.c / from a.b.c import x    M -> a.b.c, and M -> a.b, M -> a: importing a.b.c runs
                                            the __init__ of a and a.b first (unless M lies inside
@@ -11,8 +12,6 @@ import ...` in M, at module level or inside a function (a function-level import 
 
 A cycle in that graph is an import circle: whichever module of it is imported first, another
 one meets it half-initialised. The test names each edge that lies on a cycle with the cycle.
-Circles outside course_utils/triton_attention/ (other parts of the package) are listed in
-KNOWN_ELSEWHERE and xfail there, each with its cycle, until they are broken.
 """
 
 from __future__ import annotations
@@ -25,9 +24,6 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "course_utils"
 ROOT = PACKAGE.name
-
-# Cycles found outside triton_attention/ (the kernels' area): (the cycle, module by module).
-KNOWN_ELSEWHERE: list[tuple[str, ...]] = []
 
 
 def module_name(path: Path) -> str:
@@ -63,7 +59,17 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
                 targets.add(prefix)
 
     package = name if _is_package(name, known) else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    typing_only = {  # imports under `if TYPE_CHECKING:` never run
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body
+        for inner in ast.walk(stmt)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] == ROOT:
@@ -123,10 +129,6 @@ def cyclic_edges(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]
     return found
 
 
-def _edges(cycle: tuple[str, ...]) -> set[tuple[str, str]]:
-    return {(cycle[i], cycle[(i + 1) % len(cycle)]) for i in range(len(cycle))}
-
-
 def test_the_graph_sees_function_level_and_package_imports(tmp_path):
     """The reader itself: a function-level import is an edge, a name from a package's __init__ is
     an edge to the package, a module's own parent packages are not."""
@@ -159,24 +161,11 @@ def module_name_in(path: Path, root: Path) -> str:
 
 
 def test_no_import_cycles():
-    """No edge of the package's import graph lies on a cycle, but those of KNOWN_ELSEWHERE."""
-    known = set().union(*map(_edges, KNOWN_ELSEWHERE)) if KNOWN_ELSEWHERE else set()
-    new = {e: c for e, c in cyclic_edges(import_graph()).items() if e not in known}
+    """No edge of the package's import graph lies on a cycle."""
+    new = cyclic_edges(import_graph())
     assert not new, "import circles:\n" + "\n".join(
         " -> ".join(c) for c in dict.fromkeys(tuple(c) for c in new.values())
     )
-
-
-@pytest.mark.parametrize(
-    "cycle",
-    [
-        pytest.param(c, id=" -> ".join(c), marks=pytest.mark.xfail(strict=True, reason="known"))
-        for c in KNOWN_ELSEWHERE
-    ],
-)
-def test_known_cycle_outside_the_kernels_is_broken(cycle):
-    graph = import_graph()
-    assert not _edges(cycle) <= {(a, b) for a in graph for b in graph[a]}, " -> ".join(cycle)
 
 
 def test_kernels_import_one_way():
