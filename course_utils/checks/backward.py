@@ -67,9 +67,9 @@ from course_utils.checks._core import (
     tile_rule,
 )
 from course_utils.checks._core import hinted_answer as _hinted
+from course_utils.harness.constants import NEG_INF
 from course_utils.references.attention import attention_reference
 from course_utils.references.backward import attention_backward_reference, softmax_backward
-from course_utils.references.softmax import NEG_INF
 
 __all__ = [
     "BACKWARD_MISTAKES",

@@ -60,14 +60,10 @@ from course_utils.checks._core import (
 from course_utils.checks._core import (
     hinted_answer as _hinted,
 )
-from course_utils.references.memory import (
-    CountingMemory,
-    OnChipMemoryError,
-    ThreadBlockError,
-    flash_attention_traffic,
-    standard_attention_traffic,
-)
-from course_utils.references.roofline import H100_SXM, H200, attention_flops
+from course_utils.harness.counting_memory import CountingMemory, OnChipMemoryError, ThreadBlockError
+from course_utils.harness.hardware import H100_SXM, H200
+from course_utils.references.memory import flash_attention_traffic, standard_attention_traffic
+from course_utils.references.roofline import attention_flops
 
 __all__ = [
     "COUNT_MISTAKES",
@@ -555,7 +551,7 @@ def _run_learner(fn: Callable, case: Case, *, strict: bool = True):
     N, d, Br, Bc = _sizes(case)
     M = tile_budget(d, Br, Bc) if strict else None
     if hasattr(fn, "bound_into"):  # a grader's handle: the loop runs in the notebook's kernel
-        runner = fn.bound_into("course_utils.references.memory:record_loop")
+        runner = fn.bound_into("course_utils.harness.counting_memory:record_loop")
         try:
             ops, error = instrumented_call(
                 runner,

@@ -38,8 +38,8 @@ from course_utils.checks._core import (
     run_cases,
 )
 from course_utils.checks.merge_partials import MERGE_MISTAKES
-from course_utils.harness.ring_comm import shard_sizes, zigzag_bounds
-from course_utils.references.ring_attention import CAUSAL, FULL, SKIP, ring_bytes_sent
+from course_utils.harness.ring_comm import CAUSAL, FULL, SKIP, shard_sizes, zigzag_bounds
+from course_utils.references.ring_attention import ring_bytes_sent
 from course_utils.references.ring_attention import ring_plan as _reference_plan
 
 NEG_INF = -np.inf

@@ -32,7 +32,7 @@ import numpy as np
 from course_utils import attention_reference
 from course_utils import split_kv_partials as _reference_partials
 from course_utils.checks._core import NAN_MISTAKE, Case, Mistake, Rule, hinted_answer, run_cases
-from course_utils.references.roofline import H100_SXM
+from course_utils.harness.hardware import H100_SXM
 from course_utils.widgets.sm_fill import sm_fill_state
 
 NEG_INF = -np.inf

@@ -59,7 +59,7 @@ from course_utils.checks._core import (
 )
 from course_utils.references.attention import attention_reference
 from course_utils.references.attention import flash_attention_forward as _tiled_reference
-from course_utils.widgets.tile_grid import FULL, MASK, SKIP, tile_kinds
+from course_utils.references.tiles import FULL, MASK, SKIP, tile_kinds
 
 __all__ = [
     "FLASH_LSE_MISTAKES",

@@ -43,10 +43,7 @@ import torch
 import triton  # course_utils.triton_attention, imported first, has set up the interpreter
 import triton.language as tl
 
-from course_utils.harness.triton_bounds import OutOfBoundsError
-from course_utils.harness.triton_learner import check_learner_function
-from course_utils.triton_attention import INTERPRETER
-from course_utils.triton_attention.decode import (
+from course_utils.harness.kernel_inputs import (
     LOG2E,
     MAX_SPLITS,
     MIN_ROWS,
@@ -54,6 +51,9 @@ from course_utils.triton_attention.decode import (
     choose_num_splits,
     pages_per_split,
 )
+from course_utils.harness.triton_bounds import OutOfBoundsError
+from course_utils.harness.triton_learner import check_learner_function
+from course_utils.triton_attention import INTERPRETER
 
 _PLAIN_NUMBER = re.compile(
     r"'(int|float|bool)' object (has no attribute '(\w+)'|is not subscriptable)"

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from course_utils._validate import as_float_array, positive_int
-
-NEG_INF = -np.inf
+from course_utils.harness.constants import NEG_INF
 
 
 def _finite_or_zero(m: np.ndarray) -> np.ndarray:

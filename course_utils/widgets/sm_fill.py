@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from course_utils._validate import positive_int
-from course_utils.references.roofline import H100_SXM
+from course_utils.harness.hardware import H100_SXM
 
 COLOR_BUSY = "#ff7f0e"  # orange: the SM streams the KV cache
 COLOR_IDLE = "#8e44ad"  # violet: the SM has no block in the first wave

@@ -17,7 +17,7 @@ from checkhelp import as_learner, run_quietly, slug_of
 import course_utils as cu
 from course_utils.checks import hbm_traffic as checks
 from course_utils.checks._core import CheckFailure
-from course_utils.references.memory import CountingMemory
+from course_utils.harness.counting_memory import CountingMemory
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st_
 
-from course_utils.references.roofline import H100_SXM
+from course_utils.harness.hardware import H100_SXM
 from course_utils.widgets.sm_fill import (
     KV_LENGTHS,
     MERGE_OVERHEAD_US,
