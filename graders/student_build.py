@@ -1,18 +1,24 @@
 """The course package as a graded notebook's kernel sees it: every answer taken out.
 
 While a submission is graded, its kernel imports a copy of course_utils in which every function
-that computes an exercise's answer (the references, the figures' helpers, the checks' own cases,
-replays and private helpers, the Triton kernels) is a stub that raises ReferenceUnavailable, and
-whose source is not there to read (no `inspect.getsource` then `exec`). What a learner's code may
-use stays whole: the instrumentation the grader talks to (checks._core, _wire, _remote), input
-validation, the CountingMemory of notebook 04, the KeyParts of notebook 02, the hardware facts of
-the roofline module, the Triton skeletons of notebooks 06, 08 and 09, the launchers of notebook
-06's puzzles and the ring plumbing of notebook 10 (ring_comm: processes, RingComm, the runner;
-ring_guard: what a rank may use).
-Names stay importable, so a notebook's imports work and only a call into an answer fails, named
-`calls-reference` by the check.
+that computes an exercise's answer (the references, the figures, the checks' own cases, replays
+and private helpers, the Triton kernels) is a stub that raises ReferenceUnavailable, and whose
+source is not there to read (no `inspect.getsource` then `exec`). Names stay importable (a
+stubbed module keeps its imports), so a notebook's imports work and only a call into an answer
+fails, named `calls-reference` by the check.
 
-    build(dest) -> dest/course_utils
+One rule, by folder, so that adding an exercise never touches this file. Copied whole:
+
+    harness/          what a learner's code may use (CountingMemory, the hardware facts, the ring
+                      plumbing, the Triton skeletons and runners, the kernels' input checks)
+    checks/engine/    the instrumentation the grader talks to (cases, watch, wire, remote)
+    every __init__.py, and the package's top-level modules (_validate: input checks;
+                      student_errors: the one-line error of an exercise not written yet)
+
+Everything else is stubbed. No module of those may compute an answer (tests/harness/
+test_student_build.py checks that none imports course_utils.references).
+
+    build(dest, assignment) -> dest/course_utils
 """
 
 from __future__ import annotations
@@ -23,60 +29,33 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "course_utils"
 
-# Modules copied whole: no answer in them.
-WHOLE = {
-    "__init__.py",
-    "_validate.py",
-    "student_errors.py",
-    "checks/__init__.py",
+# Folders copied whole, relative to the package: no answer in them.
+WHOLE_FOLDERS = ("harness/", "checks/engine/")
+
+# Until checks/engine exists (issue 42 moves checks/_core, _wire, _remote and _array_libraries
+# into it, and KeyParts and check_backend into harness/), these stay whole and these names kept.
+# Delete both once that move has landed.
+_UNTIL_ENGINE_WHOLE = {
     "checks/_core.py",
     "checks/_wire.py",
     "checks/_remote.py",
-    "checks/_array_libraries.py",  # the memory budget's refusal of torch, JAX, ... (no answer)
-    "harness/ring_comm.py",
-    "harness/ring_guard.py",  # notebook 10's rank guard: instrumentation, run in the graded kernel
-    "triton_attention/__init__.py",
-    "harness/triton_bounds.py",  # the interpreter's bounds guard (no answer in it)
-    "harness/triton_learner.py",
-    "harness/decode_learner.py",
-    "harness/triton_puzzles.py",
-    "harness/triton_load_log.py",  # the puzzles' runners record the loads (no answer in it)
-    "harness/triton_learner_backward.py",
-    "widgets/__init__.py",
+    "checks/_array_libraries.py",
 }
-# Modules of which only these top-level names (and what they use) are kept; every other name
-# becomes a stub. A module not listed here or in WHOLE keeps no name.
-KEEP = {
-    "references/memory.py": {
-        "CountingMemory",
-        "OnChipMemoryError",
-        "ThreadBlockError",
-        "ArrayTraffic",
-        "STATS_BYTES",
-        "record_loop",
-    },
-    "references/softmax.py": {"NEG_INF"},
-    "references/ring_attention.py": {"SKIP", "FULL", "CAUSAL"},
-    "references/roofline.py": {"Hardware", "A100", "H100_SXM", "H200"},
+_UNTIL_ENGINE_KEEP = {
     "checks/merge_partials.py": {"KeyParts", "key_parts"},
-    "triton_attention/forward.py": {"_check_inputs"},
-    # notebook 09's skeleton validates its inputs and picks num_splits as the course kernel does
-    "triton_attention/decode.py": {
-        "check_decode_inputs",
-        "choose_num_splits",
-        "pages_per_split",
-        "LOG2E",
-        "MAX_SPLITS",
-        "MIN_ROWS",
-    },
-    "widgets/_base.py": {"LiveFigure"},
-    # notebook 11: the learner's attention block turns a backend's name into the function
-    "references/gpt.py": {"resolve_attention", "attention_label", "BACKENDS"},
-    "references/backward.py": {"naive_attention_torch"},
-    # notebook 11's check passes its own backend to the learner's block (it travels by name,
-    # _wire.travels): the kernel runs the real function, and the block may call it
     "checks/capstone.py": {"check_backend"},
 }
+
+
+def copied_whole(rel: str) -> bool:
+    """Whether the module at `rel` (a path relative to the package, "/"-separated) is copied
+    whole into the graded kernel's package; every other module is stubbed."""
+    return (
+        rel.endswith("__init__.py")
+        or "/" not in rel  # the package's top level: __init__, _validate, student_errors
+        or rel.startswith(WHOLE_FOLDERS)
+        or rel in _UNTIL_ENGINE_WHOLE
+    )
 
 
 # What an assignment's exercises may call besides (an earlier notebook's answer, allowed there):
@@ -179,11 +158,10 @@ def build(dest: Path, assignment: str | None = None, package: Path = PACKAGE) ->
         rel = path.relative_to(package).as_posix()
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        if rel in WHOLE:
+        if copied_whole(rel):
             shutil.copyfile(path, target)
             continue
         module = "course_utils." + rel.removesuffix(".py").replace("/", ".")
-        module = module.removesuffix(".__init__")
-        keep = KEEP.get(rel, set()) | extra.get(rel, set())
+        keep = _UNTIL_ENGINE_KEEP.get(rel, set()) | extra.get(rel, set())
         target.write_text(strip_module(path.read_text(), module, keep))
     return out

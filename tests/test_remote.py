@@ -122,7 +122,7 @@ def test_stripped_package_has_no_answers_but_keeps_the_api(stripped):
         "    except ReferenceUnavailable as e:\n"
         "        print('stub', e)\n"
         "import course_utils.checks.online_softmax as chk\n"
-        "import course_utils.widgets.tile_grid as tg\n"
+        "import course_utils.references.tiles as tg\n"
         "for f in (chk._online_attention_reference, chk.check_online_softmax_stats,\n"
         "          tg.tile_kinds):\n"
         "    try:\n"
