@@ -17,7 +17,7 @@ from checkhelp import as_learner, run_quietly, slug_of
 import course_utils as cu
 from course_utils.checks import hbm_traffic as checks
 from course_utils.checks._core import CheckFailure
-from course_utils.harness.counting_memory import CountingMemory
+from course_utils.harness.counting_memory import CountingMemory, ThreadBlockError
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,7 +394,7 @@ def test_the_rule_breakers_have_the_right_counts():
         mem = checks.fresh_memory(64, 8, rules=False)
         loop(mem, 64, 8, 8, 8)
         assert mem.traffic() == good_flash(64, 8, 8)
-        with pytest.raises(cu.memory.ThreadBlockError):
+        with pytest.raises(ThreadBlockError):
             loop(checks.fresh_memory(64, 8), 64, 8, 8, 8)
 
 
