@@ -33,7 +33,7 @@ from course_utils import attention_reference
 from course_utils import split_kv_partials as _reference_partials
 from course_utils.checks._core import NAN_MISTAKE, Case, Mistake, Rule, hinted_answer, run_cases
 from course_utils.harness.hardware import H100_SXM
-from course_utils.widgets.sm_fill import sm_fill_state
+from course_utils.references.sm_fill import sm_fill_state
 
 NEG_INF = -np.inf
 LN = np.log

@@ -22,7 +22,7 @@ from checkhelp import as_learner, run_quietly, slug_of
 import course_utils as cu
 from course_utils.checks import split_kv as checks
 from course_utils.checks._core import CheckFailure
-from course_utils.widgets.sm_fill import sm_fill_state
+from course_utils.references.sm_fill import sm_fill_state
 
 NEG_INF = -np.inf
 
