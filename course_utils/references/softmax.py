@@ -98,6 +98,28 @@ def online_softmax_steps(x, v, block: int) -> list[OnlineStep]:
     return steps
 
 
+def softmax_partial(scores, values) -> tuple[float, float]:
+    """The partial result (o, lse) of one set of scores, by a direct softmax.
+
+        o = sum_i e^(x_i - m) v_i / l,   lse = m + log(l),   l = sum_i e^(x_i - m),  m = max x_i.
+
+    Args:
+        scores: (n,) scores of one query, finite or -inf (masked); n may be 0.
+        values: (n,) scalar values.
+
+    Returns:
+        (o, lse) as floats; (0.0, -inf) for an empty or fully masked set (weight 0).
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    m = scores.max(initial=NEG_INF)
+    if m == NEG_INF:
+        return 0.0, NEG_INF
+    p = np.exp(scores - m)
+    l = p.sum()
+    return float(p @ values / l), float(m + np.log(l))
+
+
 def merge_partials(o1, lse1, o2, lse2) -> tuple[np.ndarray, np.ndarray]:
     """Merge two partial softmax results over disjoint key sets A and B.
 
