@@ -15,6 +15,7 @@ The names below are re-exported for the notebooks (`cu.attention_reference`, `cu
 from course_utils.harness.attention_backends import naive_attention_torch
 from course_utils.harness.counting_memory import CountingMemory, OnChipMemoryError
 from course_utils.harness.hardware import A100, H100_SXM, H200, Hardware
+from course_utils.references import backward  # notebook 07 calls cu.backward.*
 from course_utils.references.attention import (
     attention_reference,
     flash_attention_forward,
@@ -54,6 +55,7 @@ from course_utils.references.softmax import (
 )
 
 __all__ = [
+    "backward",
     "attention_backward_flops",
     "attention_backward_reference",
     "flash_attention_backward",
