@@ -65,7 +65,7 @@ BRINGS = {
     "lab": "the NumPy track: NumPy, SciPy, Matplotlib, ipywidgets, JupyterLab, nbgrader's Validate"
     " (about 0.5 GB installed)",
     "gpu": "Triton (about 1 GB installed; Linux only)",
-    "course": "the instructor's tools: Triton, copydetect, dask (about 1.1 GB installed)",
+    "course": "the instructor's tools: Triton, copydetect, dask, jupytext (about 1.1 GB installed)",
     "dev": "the test tools: pytest, ruff, Playwright (about 0.2 GB installed)",
     "hub": "JupyterHub, for a class on one machine (about 0.1 GB installed)",
 }

@@ -21,7 +21,7 @@ time and bwd TFLOP/s = 2.5 * forward FLOPs / time. Output and gradients are chec
 SDPA's before timing.
 
 Writes the table last on stdout, a plot (--plot), the raw numbers as JSON and a markdown section
-(--out), and appends that section to benchmarks/RESULTS.md (--results). Without a CUDA GPU it
+(--out), and appends that section to docs/journal.md (--results). Without a CUDA GPU it
 says so and exits 0.
 """
 
@@ -669,8 +669,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     parser.add_argument("--plot", type=Path, help="default: out/attention_fwd.png or _bwd.png")
     parser.add_argument("--out", type=Path, default=HERE / "out", help="folder for JSON, CSV, md")
-    parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
-    parser.add_argument("--no-append", action="store_true", help="leave RESULTS.md alone")
+    parser.add_argument("--results", type=Path, default=HERE.parent / "docs" / "journal.md")
+    parser.add_argument("--no-append", action="store_true", help="leave the journal alone")
     args = parser.parse_args(argv)
     command = "python -m benchmarks.attention " + shlex.join(sys.argv[1:] if argv is None else argv)
 

@@ -60,7 +60,7 @@ def is_gluon(name: str) -> bool:
 def bench_point(d, causal, n, batch, heads, log, rounds: int = 3) -> dict | None:
     from course_utils.triton_attention.autograd import _forward
     from course_utils.triton_attention.backward import flash_attention_bwd
-    from course_utils.triton_attention.backward_ws import flash_attention_bwd_ws
+    from course_utils.triton_attention.hopper.backward_ws import flash_attention_bwd_ws
 
     gen = torch.Generator(device="cuda").manual_seed(1000 * d + 10 * int(causal) + n)
     q, k, v, do = (

@@ -11,7 +11,7 @@ of --steps timed steps after 3 untimed ones (gpt.tokens_per_second). Peak memory
 attention call, forward + backward, batch 1, 16 heads, d = 64, bf16 (gpt.peak_memory), the bytes
 beyond its inputs. A backend that runs out of memory shows "OOM". Every backend is first
 checked against SDPA on one small causal case (forward and gradients), so a wrong kernel is never
-timed. The markdown table is printed last and, unless --no-append, appended to RESULTS.md.
+timed. The markdown table is printed last and, unless --no-append, appended to docs/journal.md.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
     ap.add_argument("--steps", type=int, default=10, help="timed training steps per point")
     ap.add_argument("--out", default=None, help="folder for capstone.md and the log")
-    ap.add_argument("--no-append", action="store_true", help="do not append to RESULTS.md")
+    ap.add_argument("--no-append", action="store_true", help="do not append to docs/journal.md")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA GPU: the capstone's throughput and peak memory are GPU measurements")
@@ -216,7 +216,7 @@ def main(argv=None) -> int:
     if out:
         (out / "capstone.md").write_text(text)
     if not args.no_append:
-        with open(HERE / "RESULTS.md", "a") as f:
+        with open(HERE.parent / "docs" / "journal.md", "a") as f:
             f.write("\n" + text)
     return 1 if failed else 0
 

@@ -16,7 +16,7 @@ device-to-device copy timed in the same run (bytes read + written / time), and t
 targets are printed beside the table: at least 0.9 of the copy at 64k, at least cuDNN at 8k.
 
     python -m benchmarks.decode                   the grid, the table last
-    python -m benchmarks.decode --record          ... and a section appended to RESULTS.md
+    python -m benchmarks.decode --record          ... and a section appended to docs/journal.md
     python -m benchmarks.decode --sweep           tile, warps, stages, splits at a few points
     python -m benchmarks.decode --graphs          every kernel timed as a CUDA graph replay
 """
@@ -322,13 +322,13 @@ def main(argv: list[str] | None = None) -> int:
         help="sweep at these (batch, kv_heads, N) points (default: four of the grid)",
     )
     parser.add_argument("--sweep-stages", type=int, nargs="+", default=[2, 3])
-    parser.add_argument("--record", action="store_true", help="append a section to RESULTS.md")
+    parser.add_argument("--record", action="store_true", help="append a section to docs/journal.md")
     parser.add_argument(
         "--graphs",
         action="store_true",
         help="time every kernel (the course's and SDPA's) as a CUDA graph replay: no host cost",
     )
-    parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--results", type=Path, default=HERE.parent / "docs" / "journal.md")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks.decode needs a CUDA GPU; there is none here.", file=sys.stderr)

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     for point in args.points:
         batch, kv_heads, n = (int(x) for x in point.split(","))
         # one cache per process: two caches' graphs in one process met an illegal address
-        # (RESULTS.md, "Decode: the grid balanced over the SMs"), one never did
+        # (docs/journal.md, "Decode: the grid balanced over the SMs"), one never did
         page, layout = args.page, args.layout
         q, kc, vc, tbl, lens, k, v = paged_inputs(
             batch, kv_heads, n, page, gen, layout, order=args.order

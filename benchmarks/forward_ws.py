@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 
 def ring_depths(d: int) -> list[int]:
     """The K/V ring depths whose buffers fit in an H200's shared memory at head dimension d."""
-    from course_utils.triton_attention.forward_ws import SHARED_LIMIT, shared_bytes
+    from course_utils.triton_attention.hopper.forward_ws import SHARED_LIMIT, shared_bytes
 
     return [depth for depth in (2, 3, 4) if shared_bytes(d, depth, False) <= SHARED_LIMIT]
 
@@ -112,7 +112,7 @@ def bench_point(d, causal, n, batch, heads, log, rounds: int = 3) -> dict | None
     time. Run-to-run differences of up to a tenth between variants timed once each in a fixed
     order (Gluon forward runs 4 and 5) are why."""
     from course_utils.triton_attention import flash_attention_fwd
-    from course_utils.triton_attention.forward_ws import flash_attention_fwd_ws
+    from course_utils.triton_attention.hopper.forward_ws import flash_attention_fwd_ws
 
     gen = torch.Generator(device="cuda").manual_seed(1000 * d + 10 * int(causal) + n)
     q, k, v = (
@@ -146,7 +146,7 @@ def run_hopper_grid(module: str, description: str, argv, bench_point, table, tit
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     parser.add_argument("--rounds", type=int, default=3, help="timings after the first")
     parser.add_argument("--out", type=Path, default=HERE / "out")
-    parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--results", type=Path, default=HERE.parent / "docs" / "journal.md")
     args = parser.parse_args(argv)
     command = f"python -m benchmarks.{module} " + shlex.join(sys.argv[1:] if argv is None else argv)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:

@@ -24,7 +24,8 @@ case "${1:-}" in
 tests)
     workers=$($PY -c 'import xdist' 2>/dev/null && echo "-n 8")
     timeout 420 $PY -m pytest -q -p no:cacheprovider $workers -rs tests/references/test_gpt.py \
-        tests/test_benchmark_learner.py tests/checks/test_checks_capstone.py tests/test_learner_solutions.py \
+        tests/benchmarks/test_benchmark_learner.py tests/checks/test_checks_capstone.py \
+        tests/benchmarks/test_learner_solutions.py \
         tests/checks/test_checks_triton_kernel.py tests/checks/test_checks_triton_puzzles.py \
         tests/checks/test_checks_triton_backward.py tests/checks/test_checks_flash_decoding.py \
         tests/kernels/test_triton_forward.py \

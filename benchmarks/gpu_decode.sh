@@ -7,7 +7,7 @@
 #
 # Logs land in $OUT (default benchmarks/out); the decode table is appended to $OUT/RESULTS.md.
 # DECODE_ARGS passes options to the table, e.g. DECODE_ARGS="--page-size 64" for the pages on
-# which the few-sequence default takes 64-token tiles (RESULTS.md, "64-token tiles inside large
+# which the few-sequence default takes 64-token tiles (docs/journal.md, "64-token tiles inside large
 # pages").
 set -uo pipefail
 cd "$(dirname "$0")/.."

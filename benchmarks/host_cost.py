@@ -57,9 +57,10 @@ def bench_us(fn) -> float:
 
 def paths(d: int, causal: bool, n: int, batch: int, heads: int) -> dict:
     """{name: zero-argument call} at one point; a None call: the path does not take the shape."""
-    from course_utils.triton_attention import autograd, backward_ws, flash_attention, forward_ws
+    from course_utils.triton_attention import autograd, flash_attention
     from course_utils.triton_attention.backward import flash_attention_bwd
     from course_utils.triton_attention.forward import launch_flash_attention_fwd
+    from course_utils.triton_attention.hopper import backward_ws, forward_ws
 
     gen = torch.Generator(device="cuda").manual_seed(1000 * d + 10 * int(causal) + n)
     q, k, v, do = (
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     parser.add_argument("--calls", type=int, default=200, help="calls in a row for `host`")
     parser.add_argument("--out", type=Path, default=HERE / "out")
-    parser.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    parser.add_argument("--results", type=Path, default=HERE.parent / "docs" / "journal.md")
     args = parser.parse_args(argv)
     if args.calls < 1:
         parser.error(f"--calls must be at least 1, got {args.calls}")

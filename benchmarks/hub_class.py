@@ -6,7 +6,7 @@ hub/rehearsal.py makes the users and starts hub/launch.py's hub; the instructor 
 student, scripted through the hub's REST API and their server's nbgrader API (no browser): server
 started, 01 fetched, answered (every other student fully, the rest half), submitted; then the
 instructor collects, grades (`python -m graders grade`, sandbox on) and releases feedback; every
-student fetches it. Prints a Markdown section for benchmarks/RESULTS.md. Needs root.
+student fetches it. Prints a Markdown section for docs/journal.md. Needs root.
 """
 
 from __future__ import annotations

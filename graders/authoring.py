@@ -1,29 +1,33 @@
 """Helpers to write instructor notebooks with the right nbgrader metadata.
 
-An instructor can edit solutions/*.ipynb in Jupyter with nbgrader's "Create Assignment" toolbar;
-these helpers do the same from a script (handy when a notebook is first drafted):
+The source of each notebook is its text, source/NN_topic.md (graders/notebook_text.py builds
+solutions/ from it). These helpers write a notebook from a script (handy when one is first
+drafted); `python -m graders import-notebook` then turns it into its text:
 
     cells = [setup_cell(), md("# Title"), solution("def f(x):\n    ### BEGIN SOLUTION ..."),
              tests("check_f(f)", grade_id="f_tests", points=2)]
-    write_notebook(cells, "solutions/01_online_softmax/01_online_softmax.ipynb")
+    write_notebook(cells, "solutions/12_new_topic/12_new_topic.ipynb")
 
-The Colab setup cell is made here from REPO_URL, the one place that names the repository;
-tests/notebooks/test_notebooks.py checks that every notebook starts with exactly its cell
-(setup_source).
+The Colab setup cell and the Colab badges are made here from course.toml's repository
+(graders/settings.py): setup_source, colab_link, sync_badges. tests/notebooks/test_notebooks.py
+checks that every notebook starts with exactly its setup cell.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
 
-# The repository that Colab installs course_utils from. Change it here (for a fork), then run
-# `python -m graders sync-setup` and `python -m graders release`.
-REPO_URL = "https://github.com/flash-attention-course/flash-attention-course"
-COLAB_URL = "https://colab.research.google.com/github/" + REPO_URL.split("github.com/", 1)[1]
+from graders import settings
 
-SETUP_SOURCE = f"""\
+# The repository that Colab opens the notebooks from and installs course_utils from: course.toml's
+# `repository` (graders/settings.py). After changing it run `python -m graders release`.
+REPO_URL = settings.load().repository
+COLAB_URL = settings.load().colab_url
+
+SETUP_TEMPLATE = """\
 # Setup: on Colab, or anywhere course_utils is missing, install the course package first.
 try:
     import course_utils
@@ -35,15 +39,16 @@ except ImportError:
         def _render_traceback_(self):  # IPython shows this one line, not a traceback
             return [str(self)]
 
-    _url = "{REPO_URL}"
+    _url = "{repo_url}"
     _pip = [sys.executable, "-m", "pip", "install", "--quiet", f"course_utils @ git+{{_url}}"]
     if subprocess.run(_pip, capture_output=True).returncode != 0:
         raise CourseSetupError(
             f"✗ The course package could not be installed from {{_url}}: check the network "
             "(on Colab: Runtime > Restart session, then run this cell again), or the "
-            "repository URL in the course's configuration (REPO_URL in graders/authoring.py)."
+            "repository URL in the course's settings (`repository` in course.toml)."
         ) from None
     import course_utils"""
+SETUP_SOURCE = SETUP_TEMPLATE.format(repo_url=REPO_URL)
 
 # The notebooks that need more than the NumPy track, and what: their setup cell checks for these
 # modules and, where one is missing, says in one line how to add it (`python3 course.py gpu`
@@ -80,17 +85,49 @@ if _missing:
     raise CourseSetupError(f"✗ This notebook needs {{' and '.join(_missing)}}: {{_fix}}.")"""
 
 
-def setup_source(assignment: str | None = None) -> str:
-    """The first cell of `assignment`'s notebook: SETUP_SOURCE, and for a notebook that needs
-    torch or Triton (GPU_NEEDS) a check that names the one command that installs them."""
+def setup_source(assignment: str | None = None, repo_url: str | None = None) -> str:
+    """The first cell of `assignment`'s notebook: SETUP_SOURCE (installing from `repo_url`,
+    default course.toml's repository), and for a notebook that needs torch or Triton (GPU_NEEDS)
+    a check that names the one command that installs them."""
+    base = SETUP_TEMPLATE.format(repo_url=repo_url or REPO_URL)
     needs = GPU_NEEDS.get(assignment or "")
     if not needs:
-        return SETUP_SOURCE
-    return SETUP_SOURCE + GPU_SETUP_SOURCE.format(
+        return base
+    return base + GPU_SETUP_SOURCE.format(
         names=" and ".join("Triton" if m == "triton" else m for m in needs),
         modules="(" + ", ".join(f'"{m}"' for m in needs) + ("," if len(needs) == 1 else "") + ")",
         command=GPU_COMMAND,
     )
+
+
+# A Colab badge's link to a notebook of the course: COLAB_URL/blob/main/notebooks/... (README.md).
+_COLAB_LINK = re.compile(r"https://colab\.research\.google\.com/github/[^/\s)\]]+/[^/\s)\]]+/blob/")
+
+
+def colab_link(assignment: str, colab_url: str | None = None) -> str:
+    """The address at which Colab opens the student notebook of `assignment`."""
+    return f"{colab_url or COLAB_URL}/blob/main/notebooks/{assignment}/{assignment}.ipynb"
+
+
+def sync_badges(text: str, colab_url: str | None = None) -> str:
+    """`text` (README.md) with every Colab link pointed at `colab_url` (default: course.toml's)."""
+    return _COLAB_LINK.sub((colab_url or COLAB_URL) + "/blob/", text)
+
+
+def sync_badge_files(root: Path, colab_url: str | None = None) -> list[Path]:
+    """Point the Colab badges of root's README.md and docs/*.md at `colab_url` (default:
+    course.toml's); returns the files changed."""
+    root = Path(root)
+    changed = []
+    for path in [root / "README.md", *sorted((root / "docs").glob("**/*.md"))]:
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8")
+        new = sync_badges(text, colab_url)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(path)
+    return changed
 
 
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}

@@ -1,7 +1,8 @@
 """nbgrader plumbing shared by the release command, the grader and the tests.
 
 The course directory nbgrader sees is laid out as
-    <root>/solutions/<assignment>/<assignment>.ipynb   source (instructor notebooks)
+    <root>/solutions/<assignment>/<assignment>.ipynb   source (instructor notebooks, built from
+                                                        source/<assignment>.md: notebook_text)
     <root>/notebooks/<assignment>/<assignment>.ipynb   release (student notebooks)
     <root>/submitted/<student>/<assignment>/...         submissions, then autograded/, feedback/
 `root` is the repository for a release, and a working folder for grading.
@@ -215,23 +216,6 @@ def scores(root: Path, assignment: str) -> dict[str, dict]:
                     cells[grade.name] = (grade.score, grade.max_score)
             out[sub.student_id] = {"score": sub.score, "max_score": sub.max_score, "cells": cells}
     return out
-
-
-def sync_setup_cells(root: Path = REPO) -> list[Path]:
-    """Make the first cell of every solution notebook the setup cell of graders/authoring.py."""
-    import nbformat
-
-    from graders.authoring import setup_source
-
-    changed = []
-    for assignment in assignments(root):
-        path = Path(root) / "solutions" / assignment / f"{assignment}.ipynb"
-        nb = nbformat.read(path, as_version=4)
-        if nb.cells and nb.cells[0].source != setup_source(assignment):
-            nb.cells[0].source = setup_source(assignment)
-            nbformat.write(nb, str(path))
-            changed.append(path)
-    return changed
 
 
 def feedback(root: Path, assignment: str, student: str) -> Path | None:

@@ -35,9 +35,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from graders import settings
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-COURSE_ID = "flash-attention"
+COURSE_ID = settings.load().course_id  # course.toml's [course] id
 EXCHANGE = Path("/srv/nbgrader/exchange")
 STATE = Path("/srv/flash-course-hub")
 

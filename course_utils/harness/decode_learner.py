@@ -40,7 +40,11 @@ import re
 import traceback
 
 import torch
-import triton  # course_utils.triton_attention, imported first, has set up the interpreter
+
+from course_utils.harness.triton_interpreter import INTERPRETER  # first: before triton
+
+# isort: split
+import triton
 import triton.language as tl
 
 from course_utils.harness.kernel_inputs import (
@@ -53,7 +57,6 @@ from course_utils.harness.kernel_inputs import (
 )
 from course_utils.harness.triton_bounds import OutOfBoundsError
 from course_utils.harness.triton_learner import check_learner_function
-from course_utils.triton_attention import INTERPRETER
 
 _PLAIN_NUMBER = re.compile(
     r"'(int|float|bool)' object (has no attribute '(\w+)'|is not subscriptable)"

@@ -16,7 +16,7 @@ here, copied whole into the graded kernel; triton_attention's forward and decode
     num_sms(device)                             the GPU's SM count (NOMINAL_SMS without one)
 
 Without a CUDA GPU the kernels run in Triton's interpreter on CPU tensors
-(course_utils.triton_attention.INTERPRETER), and these checks ask for CPU tensors then.
+(harness.triton_interpreter.INTERPRETER), and these checks ask for CPU tensors then.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from course_utils.harness.constants import LOG2E
+from course_utils.harness.triton_interpreter import INTERPRETER
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256  # the forward's range; decode takes 1 <= d <= MAX_HEAD_DIM
@@ -32,7 +33,7 @@ NOMINAL_SMS = 132  # an H100's SM count: the model's GPU when there is none (the
 MIN_ROWS = 16  # tl.dot needs at least 16 rows: a group of query heads is padded up to this
 
 # Three regimes, timed on the H200 with CUDA graph replays (2026-12-02 and 03,
-# benchmarks/RESULTS.md: decode runs 3 to 8, the sweeps, and the large-page runs).
+# docs/journal.md: decode runs 3 to 8, the sweeps, and the large-page runs).
 DEFAULT_TUNING = {  # batch * kv_heads >= SMs: the grid fills the GPU with little or no split
     "tile_tokens": 64,  # BLOCK_N unless pages_per_tile or tile_tokens is given
     "num_warps": 4,
@@ -59,8 +60,9 @@ FEW_SEQUENCES_TUNING = {
 # batch * kv_heads < SMs, pages of 64 tokens or more: a 64-token tile lies inside one page, so
 # each tile needs one table entry (a scalar load: 80 registers, against 116 when a 64-token tile
 # spans four 16-token pages), and 3 stages hold a tile in flight (39 KB, 5 programs per SM).
-# Measured on the H200 at batch 1, 32 KV heads (RESULTS.md, "Decode: 64-token tiles inside large
-# pages"): 1.00-1.01 of cuDNN at 8k in four cache layouts where FEW_SEQUENCES_TUNING read 0.98-1.00.
+# Measured on the H200 at batch 1, 32 KV heads (docs/journal.md, "Decode: 64-token tiles inside
+# large pages"): 1.00-1.01 of cuDNN at 8k in four cache layouts where FEW_SEQUENCES_TUNING read
+# 0.98-1.00.
 FEW_SEQUENCES_LARGE_PAGES_TUNING = {
     "tile_tokens": 64,
     "num_warps": 4,
@@ -103,14 +105,6 @@ __all__ = [
     "num_sms",
     "pages_per_split",
 ]
-
-
-def _interpreter() -> bool:
-    """course_utils.triton_attention.INTERPRETER, read when a check runs: that package imports
-    this module while it is being imported itself."""
-    from course_utils.triton_attention import INTERPRETER
-
-    return INTERPRETER
 
 
 def check_attention_inputs(q, k, v, causal) -> None:
@@ -157,7 +151,7 @@ def check_attention_inputs(q, k, v, causal) -> None:
             "causal=True needs as many queries as keys (query i sees keys 0..i): "
             f"q has N = {q.shape[2]}, k has N = {k.shape[2]}"
         )
-    if _interpreter():
+    if INTERPRETER:
         if q.device.type != "cpu":
             raise ValueError(f"no CUDA GPU: the interpreter needs CPU tensors, got q on {q.device}")
     elif q.device.type != "cuda":
@@ -166,7 +160,7 @@ def check_attention_inputs(q, k, v, causal) -> None:
 
 def num_sms(device: torch.device | str | None = None) -> int:
     """The SM count of the CUDA device, or NOMINAL_SMS (132, an H100) without one."""
-    if _interpreter() or not torch.cuda.is_available():
+    if INTERPRETER or not torch.cuda.is_available():
         return NOMINAL_SMS
     return torch.cuda.get_device_properties(device or "cuda").multi_processor_count
 
@@ -303,10 +297,9 @@ def check_decode_inputs(q, k_cache, v_cache, block_table, seq_lens, *, check_val
             raise ValueError(f"{name} is on {t.device}, q on {q.device}: use one device")
     if seq_lens.device != q.device:
         raise ValueError(f"seq_lens is on {seq_lens.device}, q on {q.device}: use one device")
-    interpreter = _interpreter()
-    if interpreter and q.device.type != "cpu":
+    if INTERPRETER and q.device.type != "cpu":
         raise ValueError(f"without a CUDA GPU the kernels run on CPU tensors; q is on {q.device}")
-    if not interpreter and q.device.type != "cuda":
+    if not INTERPRETER and q.device.type != "cuda":
         raise ValueError(f"q must be a CUDA tensor on a machine with a GPU, got {q.device}")
     max_pages = block_table.shape[1]
     if check_values and batch:

@@ -38,13 +38,16 @@ import weakref
 from collections.abc import Callable
 
 import torch
-import triton  # course_utils.triton_attention, imported first, has set up the interpreter
+
+from course_utils.harness.triton_interpreter import INTERPRETER  # first: before triton
+
+# isort: split
+import triton
 import triton.language as tl
 from triton.runtime.jit import KernelInterface
 
 from course_utils.harness.kernel_inputs import check_attention_inputs
 from course_utils.student_errors import NotWrittenError
-from course_utils.triton_attention import INTERPRETER
 from course_utils.triton_attention.forward import output_buffers
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
@@ -202,7 +205,7 @@ def default_blocks(
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) for this head dimension and dtype.
 
     capability: the GPU's (major, minor); default this machine's GPU. Below sm_80 (a T4) the
-    tiles are `targets.tile_config`'s (tl.dot runs on FMA there, one stage, 64 KiB of shared
+    tiles are `config.tile_config`'s (tl.dot runs on FMA there, one stage, 64 KiB of shared
     memory); from sm_80 on GPU_BLOCKS. In the interpreter INTERPRETER_BLOCKS.
     """
     if INTERPRETER and capability is None:
@@ -210,7 +213,7 @@ def default_blocks(
     if capability is None:
         capability = torch.cuda.get_device_capability()
     if tuple(capability) < (8, 0):
-        from course_utils.triton_attention.targets import tile_config
+        from course_utils.triton_attention.config import tile_config
 
         return tuple(tile_config(capability, head_dim, dtype, "fwd"))
     if head_dim > 128 or dtype.itemsize > 2:

@@ -36,12 +36,15 @@ import contextlib
 import math
 
 import torch
-import triton  # course_utils.triton_attention, imported first, has set up the interpreter
+
+from course_utils.harness.triton_interpreter import INTERPRETER  # first: before triton
+
+# isort: split
+import triton
 import triton.language as tl
 
 from course_utils.harness.kernel_inputs import check_attention_inputs
 from course_utils.harness.triton_learner import check_learner_function
-from course_utils.triton_attention import INTERPRETER
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 
@@ -90,7 +93,7 @@ def default_blocks(
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) for this head dimension and dtype.
 
     capability: the GPU's (major, minor); default this machine's GPU. Below sm_80 (a T4) the
-    tiles of `targets.tile_config` for pass_ ("dkdv" or "dq"): tl.dot runs on FMA there, with
+    tiles of `config.tile_config` for pass_ ("dkdv" or "dq"): tl.dot runs on FMA there, with
     one stage and 64 KiB of shared memory; from sm_80 on GPU_BLOCKS. In the interpreter
     INTERPRETER_BLOCKS.
     """
@@ -99,7 +102,7 @@ def default_blocks(
     if capability is None:
         capability = torch.cuda.get_device_capability()
     if tuple(capability) < (8, 0):
-        from course_utils.triton_attention.targets import tile_config
+        from course_utils.triton_attention.config import tile_config
 
         return tuple(tile_config(capability, head_dim, dtype, pass_))
     return GPU_BLOCKS["large" if head_dim > 128 or dtype.itemsize > 2 else "small"]

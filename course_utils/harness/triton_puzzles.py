@@ -27,7 +27,11 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import triton  # course_utils.triton_attention, imported first, has set up the interpreter
+
+import course_utils.harness.triton_interpreter  # noqa: F401  (first: before triton)
+
+# isort: split
+import triton
 
 from course_utils.harness.kernel_inputs import check_attention_inputs
 from course_utils.harness.triton_learner import check_learner_function

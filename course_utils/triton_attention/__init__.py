@@ -1,63 +1,71 @@
-"""Triton GPU kernels of the course; without a CUDA GPU they run in Triton's interpreter.
+"""Triton GPU kernels of the course, behind one interface; without a CUDA GPU they run in Triton's
+interpreter.
 
-    forward     flash_attention_fwd: the FlashAttention-2 forward kernel (notebook 06)
-    backward    flash_attention_bwd: the backward kernels, P recomputed from lse (dK/dV, then dQ)
-    autograd    flash_attention: forward and backward as one differentiable torch function
-    decode      flash_decode: split-KV decoding over a paged KV cache, GQA (notebook 09)
-    targets     compile for a GPU that is not there (sm_75, sm_80, sm_90); pick_dtype, tile_config
+The interface (this package's names):
+
+    flash_attention       forward and backward as one differentiable torch function (autograd)
+    flash_attention_fwd   the FlashAttention-2 forward kernel, (out, lse) (notebook 06)
+    flash_attention_bwd   the backward kernels, P recomputed from lse (dK/dV, then dQ)
+    flash_decode          split-KV decoding over a paged KV cache, GQA (notebook 09)
+    pick_dtype, tile_config
+                          the dtype and the tiles a chip takes (config; sm_75 to sm_90)
+
+Modules, imports going one way (interface -> autograd -> teaching kernels -> config):
+
+    autograd      flash_attention, FlashAttentionFunction, and `pick_kernel`: the one place that
+                  says which kernels run each pass (below)
+    forward       the teaching forward kernel and its launcher
+    backward      the teaching backward kernels (preprocess D, dK/dV, dQ)
+    decode        flash_decode and its split choice
+    config        chips, pick_dtype, check_dtype_for, tile_config, the autotuning sets
+    hopper/       the Hopper (sm_90) kernels in Gluon: forward_ws, backward_ws (+ its device code
+                  backward_ws_kernel); they import the teaching kernels' helpers, never the reverse
+    cross_compile compile tooling, apart from the kernels: compile a kernel for a GPU that is not
+                  there (sm_75, sm_80, sm_90) in compile-only child processes
+
+Which kernels `flash_attention` runs: `flash_attention(q, k, v, causal, softmax_scale,
+kernels="auto")`. With kernels="auto" (the default) each pass runs the Hopper kernel where it was
+measured the faster on the H200 (`hopper.forward_ws.preferred`, `hopper.backward_ws.preferred`:
+a Hopper GPU and a shape it takes), the teaching kernel everywhere else, the interpreter
+included; kernels="teaching" always runs the teaching kernels; kernels="hopper" runs the Hopper
+kernel wherever it takes the inputs. `autograd.pick_kernel(pass_, q, k, v, causal, kernels)` says
+which one a call runs. `flash_attention_fwd` and `flash_attention_bwd` are always the teaching
+kernels.
 
 Importing this subpackage on a machine without a CUDA GPU turns on Triton's interpreter
-(TRITON_INTERPRET=1), which runs every kernel in NumPy on CPU tensors: slow, but the same code and
-the same answers. `course_utils` never imports this subpackage itself, so the NumPy parts of the
-course work without torch or triton.
+(TRITON_INTERPRET=1, by `course_utils.harness.triton_interpreter`, imported first), which runs
+every kernel in NumPy on CPU tensors: slow, but the same code and the same answers. `course_utils`
+never imports this subpackage itself, so the NumPy parts of the course work without torch or
+triton.
 
 Interpreter caveats: the variable must be set before triton is first imported, so import this
-subpackage first (it refuses, with a RuntimeError that says so, when triton came first). The
-interpreter computes bfloat16 wrongly without a warning, so `flash_attention_fwd` upcasts
-bfloat16 inputs to float32 there and casts the output back. In the interpreter a pointer is an
-address in this process, so a store without its mask would write anywhere: `bounds` checks every
-load and store of every launch against the launch's tensors first, and raises OutOfBoundsError
-(which names the tensor, the program and the mask that was missing) instead.
+subpackage (or a harness module that uses Triton) first; it refuses, with a RuntimeError that
+says so, when triton came first. The interpreter computes bfloat16 wrongly without a warning, so
+`flash_attention_fwd` upcasts bfloat16 inputs to float32 there and casts the output back. In the
+interpreter a pointer is an address in this process, so a store without its mask would write
+anywhere: `harness.triton_bounds` checks every load and store of every launch against the
+launch's tensors first, and raises OutOfBoundsError (which names the tensor, the program and the
+mask that was missing) instead; `triton_interpreter` installs it with the switch.
 """
 
 from __future__ import annotations
 
-import os
-import sys
+# First, before anything imports triton: the interpreter where there is no GPU, and its guard.
+from course_utils.harness.triton_interpreter import COMPILE_ONLY, INTERPRETER
 
-import torch
-
-INTERPRETER = not torch.cuda.is_available()
-"""True when Triton's kernels run in the interpreter (no CUDA GPU on this machine)."""
-
-COMPILE_ONLY = os.environ.get("COURSE_TRITON_COMPILE_ONLY") == "1"
-"""Set by `targets.compile_for` in the child process it compiles in: there the kernels are only
-compiled for a named GPU, never launched, so the interpreter stays off even without a GPU."""
-
-if INTERPRETER and not COMPILE_ONLY and os.environ.get("TRITON_INTERPRET") != "1":
-    if "triton" in sys.modules:
-        # Too late: triton.language defines some of its own functions (tl.max, tl.sum, ...) as
-        # compiled kernels at import, and the interpreter cannot call those.
-        raise RuntimeError(
-            "course_utils.triton_attention: there is no CUDA GPU, so Triton must run in its "
-            "interpreter, which has to be switched on before triton is imported; triton was "
-            "imported first. Import course_utils.triton_attention before triton, or set "
-            "TRITON_INTERPRET=1 in the environment (os.environ or the shell) before anything "
-            "imports triton."
-        )
-    os.environ["TRITON_INTERPRET"] = "1"
-
-from course_utils.triton_attention.autograd import FlashAttentionFunction, flash_attention  # noqa: E402
-from course_utils.triton_attention.backward import flash_attention_bwd  # noqa: E402
-from course_utils.triton_attention.decode import choose_num_splits, flash_decode  # noqa: E402
-from course_utils.triton_attention.forward import flash_attention_fwd, launch_flash_attention_fwd  # noqa: E402
-
-if os.environ.get("TRITON_INTERPRET") == "1" and not COMPILE_ONLY:
-    from course_utils.harness.triton_bounds import install as _install_bounds_checks
-
-    _install_bounds_checks()  # a stray tl.load or tl.store raises instead of writing anywhere
+# isort: split
+from course_utils.triton_attention.autograd import (
+    FlashAttentionFunction,
+    flash_attention,
+    pick_kernel,
+)
+from course_utils.triton_attention.backward import flash_attention_bwd
+from course_utils.triton_attention.config import pick_dtype, tile_config
+from course_utils.triton_attention.decode import choose_num_splits, flash_decode
+from course_utils.triton_attention.forward import flash_attention_fwd, launch_flash_attention_fwd
 
 __all__ = [
+    "COMPILE_ONLY",
     "INTERPRETER",
     "FlashAttentionFunction",
     "choose_num_splits",
@@ -66,4 +74,7 @@ __all__ = [
     "flash_attention_fwd",
     "flash_decode",
     "launch_flash_attention_fwd",
+    "pick_dtype",
+    "pick_kernel",
+    "tile_config",
 ]

@@ -3,6 +3,21 @@
 The forward saves only what the backward needs to recompute P tile by tile: q, k, v, out and the
 per-row logsumexp lse, so (4 N d + N) numbers per head where naive attention also keeps the
 N x N matrix P. For N = 1000, d = 64 in float32 that is 1,028,000 bytes instead of 4,768,000.
+
+Which kernels run is decided in one place, `pick_kernel`, by the `kernels` argument of
+`flash_attention`:
+
+    "auto"      (the default) for each pass, the Hopper kernel (hopper.forward_ws,
+                hopper.backward_ws) where it was measured the faster on the H200 (its `preferred`:
+                a Hopper GPU, a shape it takes, and for the backward 2k keys or more, or d = 128),
+                the teaching kernel (forward.py, backward.py) everywhere else, the interpreter
+                included
+    "teaching"  the teaching kernels, always
+    "hopper"    for each pass, the Hopper kernel wherever it takes the inputs (its `supported`),
+                the teaching kernel elsewhere (`FlashAttentionWS`, a benchmark variant)
+
+The Hopper modules are imported only when a pass may use them (never in the interpreter under
+"auto"), and where this Triton has no Gluon API to import they are not used.
 """
 
 from __future__ import annotations
@@ -11,47 +26,72 @@ import functools
 
 import torch
 
-from course_utils.triton_attention import INTERPRETER
+from course_utils.harness.triton_interpreter import INTERPRETER
 from course_utils.triton_attention.backward import flash_attention_bwd
 from course_utils.triton_attention.forward import _check_inputs, launch_flash_attention_fwd
 
+KERNELS = ("auto", "teaching", "hopper")
+"""The values of `flash_attention`'s `kernels` argument (see the module docstring)."""
 
-def _forward(q, k, v, causal, softmax_scale):
-    """(out, lse): the warp-specialized Gluon kernel on Hopper where it takes the shape and is
-    the faster one (`forward_ws.preferred`), the teaching kernel everywhere else."""
-    _check_inputs(q, k, v, causal)  # `preferred` reads shapes and devices of valid tensors
-    forward_ws = None if INTERPRETER else _gluon_forward()
-    if forward_ws is not None and forward_ws.preferred(q, k, v, causal):
+PASSES = ("forward", "backward")
+
+
+@functools.cache
+def _hopper_module(pass_: str):
+    """hopper.forward_ws or hopper.backward_ws, or None where this Triton has no Gluon Hopper API
+    to import (the course allows triton >= 3.1; forward_ws.supported refuses the versions it was
+    not built on)."""
+    try:
+        if pass_ == "forward":
+            from course_utils.triton_attention.hopper import forward_ws as module
+        else:
+            from course_utils.triton_attention.hopper import backward_ws as module
+    except ImportError:
+        return None
+    return module
+
+
+def pick_kernel(pass_: str, q, k, v, causal: bool, kernels: str = "auto") -> str:
+    """ "hopper" or "teaching": the kernel that runs `pass_` of flash_attention(q, k, v, causal).
+
+    The one place that swaps in the Hopper kernels (see the module docstring for `kernels`).
+
+    Args:
+        pass_: "forward" or "backward".
+        q, k, v: (batch, heads, N, d) tensors that pass the teaching kernel's checks
+            (`forward._check_inputs`): the Hopper kernels' tests read their shapes and devices.
+        causal: the causal mask.
+        kernels: "auto", "teaching" or "hopper".
+    """
+    if pass_ not in PASSES:
+        raise ValueError(f"pass_ must be one of {PASSES}, got {pass_!r}")
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
+    if kernels == "teaching" or (kernels == "auto" and INTERPRETER):
+        return "teaching"
+    module = _hopper_module(pass_)
+    if module is None:
+        return "teaching"
+    if kernels == "auto":
+        takes = module.preferred(q, k, v, causal)
+    else:
+        takes = module.supported(q, k, v, causal) is None
+    return "hopper" if takes else "teaching"
+
+
+def _forward(q, k, v, causal, softmax_scale, kernels="auto"):
+    """(out, lse) by the kernel `pick_kernel` names for the forward."""
+    _check_inputs(q, k, v, causal)  # `pick_kernel` reads shapes and devices of valid tensors
+    if pick_kernel("forward", q, k, v, causal, kernels) == "hopper":
+        forward_ws = _hopper_module("forward")
         return forward_ws.flash_attention_fwd_ws(q, k, v, causal, softmax_scale)
     return launch_flash_attention_fwd(q, k, v, causal, softmax_scale)
 
 
-@functools.cache
-def _gluon_forward():
-    """The forward_ws module, or None where this Triton has no Gluon Hopper API to import (the
-    course allows triton >= 3.1; forward_ws.supported refuses the versions it was not built on)."""
-    try:
-        from course_utils.triton_attention import forward_ws
-    except ImportError:
-        return None
-    return forward_ws
-
-
-@functools.cache
-def _gluon_backward():
-    """The backward_ws module, or None where this Triton has no Gluon Hopper API to import."""
-    try:
-        from course_utils.triton_attention import backward_ws
-    except ImportError:
-        return None
-    return backward_ws
-
-
-def _backward(dout, q, k, v, out, lse, causal, softmax_scale):
-    """(dq, dk, dv): the warp-specialized Gluon backward on Hopper where it is the faster one
-    (`backward_ws.preferred`), the course's three kernels everywhere else."""
-    backward_ws = None if INTERPRETER else _gluon_backward()
-    if backward_ws is not None and backward_ws.preferred(q, k, v, causal):
+def _backward(dout, q, k, v, out, lse, causal, softmax_scale, kernels="auto"):
+    """(dq, dk, dv) by the kernel `pick_kernel` names for the backward."""
+    if pick_kernel("backward", q, k, v, causal, kernels) == "hopper":
+        backward_ws = _hopper_module("backward")
         return backward_ws.flash_attention_bwd_ws(
             dout.contiguous(), q, k, v, out, lse, causal, softmax_scale
         )
@@ -59,20 +99,34 @@ def _backward(dout, q, k, v, out, lse, causal, softmax_scale):
 
 
 class FlashAttentionFunction(torch.autograd.Function):
-    """out = softmax(s q k^T) v; saves q, k, v, out, lse; backward by `_backward`."""
+    """out = softmax(s q k^T) v; saves q, k, v, out, lse; backward by `_backward`.
+
+    forward(ctx, q, k, v, causal=False, softmax_scale=None, kernels="auto").
+    """
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, softmax_scale):
-        out, lse = _forward(q, k, v, causal, softmax_scale)  # checks the inputs
+    def forward(ctx, q, k, v, causal=False, softmax_scale=None, kernels="auto"):
+        out, lse = _forward(q, k, v, causal, softmax_scale, kernels)  # checks the inputs
         ctx.save_for_backward(q, k, v, out, lse)  # 4 N d + N numbers per head, no N x N
-        ctx.causal, ctx.softmax_scale = causal, softmax_scale
+        ctx.causal, ctx.softmax_scale, ctx.kernels = causal, softmax_scale, kernels
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _backward(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale)
-        return dq, dk, dv, None, None
+        dq, dk, dv = _backward(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale, ctx.kernels)
+        return dq, dk, dv, None, None, None
+
+
+class FlashAttentionWS(FlashAttentionFunction):
+    """FlashAttentionFunction with kernels="hopper": each pass by the Hopper kernel wherever it
+    takes the inputs, else by the teaching one. A benchmark variant: `python -m
+    benchmarks.attention --backward --learner-backward
+    course_utils.triton_attention.autograd:FlashAttentionWS`."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal=False, softmax_scale=None, kernels="hopper"):
+        return FlashAttentionFunction.forward(ctx, q, k, v, causal, softmax_scale, kernels)
 
 
 def flash_attention(
@@ -81,6 +135,7 @@ def flash_attention(
     v: torch.Tensor,
     causal: bool = False,
     softmax_scale: float | None = None,
+    kernels: str = "auto",
 ) -> torch.Tensor:
     """Attention out = softmax(s q k^T) v by the FlashAttention-2 Triton kernels, with autograd.
 
@@ -94,8 +149,13 @@ def flash_attention(
         v: (batch, heads, seqlen_k, d) values.
         causal: query i sees keys 0..i only (needs seqlen_q == seqlen_k).
         softmax_scale: s, a positive float; default 1/sqrt(d).
+        kernels: "auto" (the Hopper kernels where they were measured the faster, the teaching
+            kernels elsewhere), "teaching" or "hopper" (the Hopper kernels wherever they take
+            the inputs): `pick_kernel` decides, pass by pass.
 
     Returns:
         out: (batch, heads, seqlen_q, d), q's dtype; differentiable in q, k and v.
     """
-    return FlashAttentionFunction.apply(q, k, v, causal, softmax_scale)
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
+    return FlashAttentionFunction.apply(q, k, v, causal, softmax_scale, kernels)

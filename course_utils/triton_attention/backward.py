@@ -40,9 +40,15 @@ import triton
 import triton.language as tl
 
 from course_utils._validate import softmax_scale_or_default
-from course_utils.triton_attention import INTERPRETER
+from course_utils.harness.triton_interpreter import INTERPRETER
+from course_utils.triton_attention.config import (
+    DKDV_FAMILIES,
+    DQ_FAMILIES,
+    check_dtype_for,
+    tile_config,
+)
+from course_utils.triton_attention.config import family as _family
 from course_utils.triton_attention.forward import LOG2E, _check_inputs
-from course_utils.triton_attention.targets import check_dtype_for, tile_config
 
 
 @triton.jit
@@ -355,28 +361,9 @@ INTERPRETER_DKDV_CONFIG = make_config(block_m=32, block_n=64, num_warps=4, num_s
 INTERPRETER_DQ_CONFIG = make_config(block_m=64, block_n=32, num_warps=4, num_stages=1)
 """The configurations used in the interpreter (autotuning needs a GPU)."""
 
-# Autotuning sets, (BLOCK_M, BLOCK_N, num_warps, num_stages), one family per class of (d, dtype).
-# Chosen by compiling for sm_90 on a CPU machine (triton 3.9): every bf16 config below runs
-# without spilling registers except (64, 128, 8, 2) at d=128 (64 bytes of stack); those dropped
-# spilled hundreds of bytes (a 64 x 128 key-query block with 4 warps: dK and dV alone take 128
-# fp32 registers per thread at d=64). Not swept one by one on a GPU.
-DKDV_FAMILIES = {
-    "d<=64": [(64, 128, 8, 3), (32, 128, 8, 4), (64, 64, 4, 3), (32, 64, 4, 4)],
-    "d<=128": [(32, 128, 8, 4), (64, 128, 8, 2), (32, 64, 4, 4), (32, 128, 8, 3)],
-    # d > 128 or float32: the resident tiles and accumulators need small tiles.
-    "large": [(32, 64, 4, 2), (32, 64, 8, 2), (16, 32, 4, 1)],
-}
-DQ_FAMILIES = {
-    "d<=64": [(128, 32, 4, 4), (128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 8, 4)],
-    "d<=128": [(128, 32, 8, 4), (128, 64, 8, 3), (64, 64, 4, 3), (64, 32, 4, 4)],
-    "large": [(64, 32, 4, 2), (64, 32, 8, 2), (32, 16, 4, 1)],
-}
-
-
-def _family(head_dim: int, dtype: torch.dtype) -> str:
-    if head_dim > 128 or dtype.itemsize > 2:
-        return "large"
-    return "d<=64" if head_dim <= 64 else "d<=128"
+# The autotuning sets, (BLOCK_M, BLOCK_N, num_warps, num_stages), one family per class of
+# (d, dtype), `_family`: config.DKDV_FAMILIES and config.DQ_FAMILIES (kept there so that
+# config.tile_config reads them without importing these kernels), imported above.
 
 
 def _config_key(c: triton.Config) -> tuple:
@@ -483,7 +470,7 @@ def flash_attention_bwd(
         lse: (batch, heads, seqlen_q) float32, the forward's logsumexp (natural log).
         causal, softmax_scale: as in the forward.
         dkdv_config, dq_config: triton.Configs (see `make_config`) for the two gradient kernels;
-            None autotunes on a GPU from sm_80 on, takes `targets.tile_config` below sm_80 (a T4)
+            None autotunes on a GPU from sm_80 on, takes `config.tile_config` below sm_80 (a T4)
             and the interpreter configs in the interpreter.
 
     Returns:

@@ -68,7 +68,7 @@ from course_utils.harness.kernel_inputs import (  # noqa: F401 (decode.X is thei
     num_sms,
     pages_per_split,
 )
-from course_utils.triton_attention import INTERPRETER
+from course_utils.harness.triton_interpreter import INTERPRETER
 
 LN2 = 0.6931471805599453  # ln(2): a base-2 logarithm times LN2 is a natural one
 

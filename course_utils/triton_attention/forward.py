@@ -29,8 +29,9 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from course_utils._validate import softmax_scale_or_default
 from course_utils.harness.kernel_inputs import check_attention_inputs as _check_inputs
-from course_utils.triton_attention import INTERPRETER
-from course_utils.triton_attention.targets import check_dtype_for, tile_config
+from course_utils.harness.triton_interpreter import INTERPRETER
+from course_utils.triton_attention.config import FWD_FAMILIES, check_dtype_for, tile_config
+from course_utils.triton_attention.config import family as _family
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 
@@ -255,30 +256,10 @@ def _set_descriptor_blocks(nargs: dict) -> None:
 INTERPRETER_CONFIG = make_config(block_m=64, block_n=32, num_warps=4, num_stages=1)
 """The one configuration used in the interpreter (autotuning needs a GPU)."""
 
-# Autotuning sets, (BLOCK_M, BLOCK_N, num_warps, num_stages, maxnreg), picked from sweeps on an
-# H200 (benchmarks/RESULTS.md). Each family is what suits one class of (d, dtype).
-CONFIG_FAMILIES = {
-    "d<=64": [
-        (128, 128, 8, 2, 128),  # two programs per SM
-        (128, 64, 4, 3, 168),  # three programs per SM
-        (128, 64, 4, 3, None),
-        (128, 64, 8, 3, None),
-        (128, 128, 4, 3, None),
-    ],
-    "d<=128": [
-        (128, 64, 8, 2, 128),  # two programs per SM: best at short N
-        (128, 128, 8, 3, None),  # one program per SM, 230 KB of shared memory: best at long N
-        (128, 64, 8, 3, None),
-    ],
-    # d > 128 or float32: 64-query tiles, or the accumulator and the tiles do not fit.
-    "large": [(64, bn, w, s, None) for bn in (32, 64) for w in (4, 8) for s in (1, 2)],
-}
-
-
-def _family(head_dim: int, dtype: torch.dtype) -> str:
-    if head_dim > 128 or dtype.itemsize > 2:
-        return "large"
-    return "d<=64" if head_dim <= 64 else "d<=128"
+CONFIG_FAMILIES = FWD_FAMILIES
+"""The autotuning sets, (BLOCK_M, BLOCK_N, num_warps, num_stages, maxnreg), by `_family` of
+(d, dtype): `config.FWD_FAMILIES`, kept there so that `config.tile_config` reads them without
+importing this kernel."""
 
 
 def gpu_configs() -> list[triton.Config]:
@@ -400,7 +381,7 @@ def launch_flash_attention_fwd(
         lse: (batch, heads, N_Q) contiguous float32 tensor to write into, or None.
         config: a triton.Config (see `make_config`) to launch with; None autotunes over the
             family of CONFIG_FAMILIES that fits on a GPU from sm_80 on, takes
-            `targets.tile_config` below sm_80 (a T4) and INTERPRETER_CONFIG in the interpreter.
+            `config.tile_config` below sm_80 (a T4) and INTERPRETER_CONFIG in the interpreter.
         tma: move tiles with tensor descriptors (True) or pointer loads (False); None picks
             descriptors on Hopper and newer GPUs when the strides allow, pointers elsewhere
             (True below sm_90 is refused: those chips have no TMA).

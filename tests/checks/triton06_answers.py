@@ -15,7 +15,7 @@ import triton.language as tl
 
 import course_utils.triton_attention as ta
 from course_utils.harness.triton_puzzles import check_attention_inputs
-from course_utils.triton_attention.targets import tile_config
+from course_utils.triton_attention.config import tile_config
 
 LOG2E = 1.4426950408889634
 

@@ -13,8 +13,10 @@ from test_triton_backward import GPU_TOL, make_generator, make_inputs, reference
 from test_triton_backward import rel_err as grad_err
 from test_triton_forward_ws import SHAPES  # one tile, several, N_Q != N_K, many programs
 
-from course_utils.triton_attention import backward_ws as bws
-from course_utils.triton_attention import forward_ws as ws
+from course_utils.triton_attention.autograd import FlashAttentionWS
+from course_utils.triton_attention.hopper import backward_ws as bws
+from course_utils.triton_attention.hopper import backward_ws_kernel as bws_kernel
+from course_utils.triton_attention.hopper import forward_ws as ws
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 requires_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_90)")
@@ -37,8 +39,8 @@ def test_builds_for_sm90(d, block_m, causal, dq_tma, stats_tma):
     thread_atomics = "red.global" in ptx or "atom.global" in ptx
     tma_adds = "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add" in ptx
     assert (tma_adds, thread_atomics) == (dq_tma, not dq_tma), (tma_adds, thread_atomics)
-    assert f"setmaxnreg.dec.sync.aligned.u32 \t{bws.LOADER_REGS.value}" in ptx
-    assert f"setmaxnreg.inc.sync.aligned.u32 \t{bws.GRAD_REGS.value}" in ptx
+    assert f"setmaxnreg.dec.sync.aligned.u32 \t{bws_kernel.LOADER_REGS.value}" in ptx
+    assert f"setmaxnreg.inc.sync.aligned.u32 \t{bws_kernel.GRAD_REGS.value}" in ptx
 
 
 @pytest.mark.parametrize(
@@ -174,7 +176,7 @@ def test_gradients_match_float64(shape, causal, dtype):
         pytest.skip("causal needs N_Q == N_K")
     q, k, v, do = make_inputs(make_generator("bws", shape, causal, dtype), batch, heads, n_q, n_k,
                               d, dtype, device="cuda")  # fmt: skip
-    out = bws.FlashAttentionWS.apply(q, k, v, causal)
+    out = FlashAttentionWS.apply(q, k, v, causal)
     grads = torch.autograd.grad(out, (q, k, v), do)
     ref = reference_grads(q, k, v, do, causal)
     for name, x, r in zip(("out", "dq", "dk", "dv"), (out, *grads), ref, strict=True):

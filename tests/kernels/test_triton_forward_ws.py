@@ -12,7 +12,7 @@ import torch
 from test_triton_forward import GPU_TOL, make_generator, make_qkv, reference, rel_err
 
 from course_utils.triton_attention import INTERPRETER
-from course_utils.triton_attention import forward_ws as ws
+from course_utils.triton_attention.hopper import forward_ws as ws
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 requires_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_90)")

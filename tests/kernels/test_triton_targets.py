@@ -8,7 +8,7 @@ Every kernel (forward, and the backward's preprocess, dK/dV and dQ kernels), eve
 `chip_shared_budget` an upper bound of what the compiler reports (and within 64 KiB). A smaller
 grid compiles for sm_80 and sm_90 in bfloat16. All compiles run once per session (in two child
 processes on a machine without a GPU, where this process runs Triton's interpreter; see
-targets.py), and Triton keeps them in its on-disk cache, so a second run takes seconds.
+cross_compile.py), and Triton keeps them in its on-disk cache, so a second run takes seconds.
 `pytest -s` prints the table of shared bytes and registers.
 """
 
@@ -17,10 +17,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils.triton_attention import targets as T
+from course_utils.triton_attention import config as T
+from course_utils.triton_attention import cross_compile as C
 
 pytestmark = pytest.mark.skipif(
-    T.ptxas_path() is None, reason="no ptxas: Triton's compiler cannot make a cubin here"
+    C.ptxas_path() is None, reason="no ptxas: Triton's compiler cannot make a cubin here"
 )
 
 D_VALUES = (16, 32, 64, 128)
@@ -51,12 +52,12 @@ def compiled():
     """{case: Compiled} for every case of SM75_CASES and SANITY_CASES, compiled once."""
     jobs, keys = [], []
     for kernel, d, causal in SM75_CASES:
-        jobs.append(T.course_kernel_job(kernel, d, causal, torch.float16, T.SM75))
+        jobs.append(C.course_kernel_job(kernel, d, causal, torch.float16, T.SM75))
         keys.append(((7, 5), kernel, d, causal))
     for cap, kernel, d, causal in SANITY_CASES:
-        jobs.append(T.course_kernel_job(kernel, d, causal, T.pick_dtype(cap), cap))
+        jobs.append(C.course_kernel_job(kernel, d, causal, T.pick_dtype(cap), cap))
         keys.append((cap, kernel, d, causal))
-    results = dict(zip(keys, T.compile_many(jobs, processes=2), strict=True))
+    results = dict(zip(keys, C.compile_many(jobs, processes=2), strict=True))
     print(
         "\nkernel      d  causal  BLOCK_M x BLOCK_N  warps  shared bytes  registers  (sm_75, fp16)"
     )
@@ -109,13 +110,13 @@ def test_bfloat16_is_refused_on_sm75_naming_the_argument():
     with pytest.raises(TypeError, match=r"dtype is bfloat16, but sm_75 .*torch\.float16"):
         T.tile_config((7, 5), 64, torch.bfloat16, "fwd")
     with pytest.raises(TypeError, match=r"dtype is bfloat16, but sm_75"):
-        T.course_kernel_job("fwd", 64, False, torch.bfloat16, T.SM75)
-    job = T.course_kernel_job("fwd", 64, False, torch.float16, T.SM75)
+        C.course_kernel_job("fwd", 64, False, torch.bfloat16, T.SM75)
+    job = C.course_kernel_job("fwd", 64, False, torch.float16, T.SM75)
     from course_utils.triton_attention.forward import _attn_fwd_kernel
 
     signature = dict(job["signature"], q_ptr="*bf16")
     with pytest.raises(TypeError, match=r"signature\['q_ptr'\] is bfloat16, but sm_75"):
-        T.compile_for(_attn_fwd_kernel, signature, job["constexprs"], T.SM75)
+        C.compile_for(_attn_fwd_kernel, signature, job["constexprs"], T.SM75)
     with pytest.raises(TypeError, match=r"^q is bfloat16, but sm_75"):
         T.check_dtype_for((7, 5), torch.bfloat16, name="q")
     T.check_dtype_for((8, 0), torch.bfloat16, name="q")  # fine from sm_80 on
@@ -197,9 +198,9 @@ def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="dtype must be"):
         T.tile_config((7, 5), 64, torch.int8)
     with pytest.raises(ValueError, match="kernel must be one of"):
-        T.course_kernel_job("fwd2", 64, False, torch.float16)
-    job = T.course_kernel_job("dq", 64, False, torch.float16)
+        C.course_kernel_job("fwd2", 64, False, torch.float16)
+    job = C.course_kernel_job("dq", 64, False, torch.float16)
     from course_utils.triton_attention.backward import _attn_bwd_dq_kernel
 
     with pytest.raises(ValueError, match="missing"):
-        T.compile_for(_attn_bwd_dq_kernel, {"q_ptr": "*fp16"}, job["constexprs"])
+        C.compile_for(_attn_bwd_dq_kernel, {"q_ptr": "*fp16"}, job["constexprs"])

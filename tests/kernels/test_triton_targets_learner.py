@@ -7,11 +7,11 @@ Python global (`LN2 = 0.69`) runs in the interpreter and is a compile error on e
 compile shows it (test_a_plain_global_fails_naming_the_kernel). Each kernel below is compiled for
 sm_75 in float16 and for sm_90 in the dtype the notebook uses there (bfloat16 for the forward,
 backward and decode), and the test asserts: it compiles, its cubin is not empty, its shared
-memory fits the chip (targets.CHIPS). Registers and spilled bytes are reported (`pytest -s`
+memory fits the chip (config.CHIPS). Registers and spilled bytes are reported (`pytest -s`
 prints the table), not asserted: these kernels are the learner's, not tuned.
 
 The solutions are written to importable modules first (the compile runs in a child process that
-imports each kernel by module and name; targets.py puts the module's folder on its path):
+imports each kernel by module and name; cross_compile.py puts the module's folder on its path):
 notebook 06's puzzles are
 tests/checks/triton06_answers.py; its whole forward kernel and notebook 08's
 and 09's kernels come from the solution notebooks' answer cells
@@ -29,14 +29,15 @@ import torch
 
 import course_utils.triton_attention as ta  # noqa: F401  (the interpreter, before triton)
 from benchmarks import learner_solutions
-from course_utils.triton_attention import targets as T
+from course_utils.triton_attention import config as T
+from course_utils.triton_attention import cross_compile as C
 
 pytestmark = pytest.mark.skipif(
-    T.ptxas_path() is None, reason="no ptxas: Triton's compiler cannot make a cubin here"
+    C.ptxas_path() is None, reason="no ptxas: Triton's compiler cannot make a cubin here"
 )
 
 REPO = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
+ANSWERS = Path(__file__).resolve().parents[1] / "checks"  # triton06_answers.py
 
 
 HEAD = (
@@ -102,8 +103,8 @@ def modules(tmp_path_factory):
         sys.modules[name] = module  # Triton resolves a jit function's globals through it
         spec.loader.exec_module(module)
         found[name] = module
-    if str(HERE) not in sys.path:
-        sys.path.insert(0, str(HERE))
+    if str(ANSWERS) not in sys.path:
+        sys.path.insert(0, str(ANSWERS))
     import triton06_answers
 
     found["answers06"] = triton06_answers
@@ -131,7 +132,7 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
 
     def add(nb, label, fn, types, constexprs, cap, warps=4, stages=3, maxnreg=None):
         sig = _sig(fn, types, constexprs)
-        job = T._job(fn, sig, constexprs, cap, warps, stages, maxnreg, None)
+        job = C._job(fn, sig, constexprs, cap, warps, stages, maxnreg, None)
         out.append((nb, label, f"sm_{T.chip(cap).sm}", job))
 
     a06 = m["answers06"]
@@ -170,7 +171,7 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
             cap,
         )
         dt = T.pick_dtype(cap)
-        t = T._TORCH_TO_TRITON[dt]
+        t = C._TORCH_TO_TRITON[dt]
         attn = {f"{x}_ptr": f"*{t}" for x in ("q", "k", "v", "out")}
         attn |= {"lse_ptr": "*fp32", "qk_scale": "fp32"}
         for d in (64, 128):
@@ -301,11 +302,11 @@ def _jobs(m: dict) -> list[tuple[str, str, str, dict]]:
 def compiled(modules):
     """{(kernel label, target): Compiled or CompileError}, compiled once in two processes."""
     jobs = _jobs(modules)
-    results = T.compile_many([j for *_, j in jobs], processes=2, on_error="return")
+    results = C.compile_many([j for *_, j in jobs], processes=2, on_error="return")
     table = {(label, target): r for (_, label, target, _), r in zip(jobs, results, strict=True)}
     print(f"\n{'kernel':58s} target  shared bytes  regs  spill bytes")
     for (label, target), r in table.items():
-        if isinstance(r, T.CompileError):
+        if isinstance(r, C.CompileError):
             print(f"{label:58s} {target}  DOES NOT COMPILE")
         else:
             print(
@@ -319,7 +320,7 @@ def test_every_learner_kernel_compiles_and_fits(compiled):
     failures = [
         f"{label} for {target}:\n  {r}"
         for (label, target), r in compiled.items()
-        if isinstance(r, T.CompileError)
+        if isinstance(r, C.CompileError)
     ]
     assert not failures, "these learner kernels do not compile:\n" + "\n".join(failures)
     for (label, target), c in compiled.items():
@@ -361,11 +362,11 @@ def test_notebooks_kernels_are_all_there(compiled):
 def test_a_plain_global_fails_naming_the_kernel(modules):
     fn = modules["plain_global"].lse_kernel
     sig = {"m_ptr": "*fp32", "l_ptr": "*fp32", "lse_ptr": "*fp32"}
-    with pytest.raises(T.CompileError, match=r"lse_kernel \(module plain_global\) does not "
+    with pytest.raises(C.CompileError, match=r"lse_kernel \(module plain_global\) does not "
                        r"compile for sm_75") as info:  # fmt: skip
-        T.compile_for(fn, sig, {"BLOCK": 16}, T.SM75)
+        C.compile_for(fn, sig, {"BLOCK": 16}, T.SM75)
     assert "LN2" in str(info.value)  # Triton's message names the global
-    got = T.compile_many(
-        [T._job(fn, sig, {"BLOCK": 16}, T.SM90, 4, 3, None, None)], on_error="return"
+    got = C.compile_many(
+        [C._job(fn, sig, {"BLOCK": 16}, T.SM90, 4, 3, None, None)], on_error="return"
     )
-    assert isinstance(got[0], T.CompileError) and "sm_90" in str(got[0])
+    assert isinstance(got[0], C.CompileError) and "sm_90" in str(got[0])

@@ -28,7 +28,7 @@ def test_failed_install_is_one_line_that_names_the_url_and_the_fix(tmp_path):
     assert len(errors) == 1 and errors[0].ename == "CourseSetupError", outputs
     (line,) = errors[0].traceback
     assert line.startswith("✗ The course package could not be installed from " + bad)
-    assert "network" in line and "REPO_URL" in line
+    assert "network" in line and "course.toml" in line
     assert not [o for o in outputs if o.output_type == "stream" and o.name == "stderr"]
 
 

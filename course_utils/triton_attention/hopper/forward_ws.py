@@ -1,6 +1,6 @@
 """A warp-specialized FlashAttention forward for Hopper (sm_90), written in Gluon.
 
-The teaching kernel (`forward.py`) is one program of identical warps that issue their own loads
+The teaching kernel (`../forward.py`) is one program of identical warps that issue their own loads
 and wait for them. This variant splits each program's warps by job, as FlashAttention-3 (Shah
 et al., 2024) does:
 
@@ -108,7 +108,7 @@ def _tile_coords(t, n_m, seqlen_k, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: g
 
     Head by head, so that the programs running at once share a few heads' K and V in L2 (the
     other way round, one query tile of every head at once, lost up to a fifth with the causal
-    mask at 4k: Gluon forward runs 3 and 4 in benchmarks/RESULTS.md). With
+    mask at 4k: Gluon forward runs 3 and 4 in docs/journal.md). With
     the causal mask a head's longest query tiles come first, so the short ones fill the tail."""
     bh = t // n_m
     if CAUSAL:
@@ -413,8 +413,9 @@ def supported(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
 
 
 def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
-    """Whether the autograd function should run this kernel rather than the teaching one: it
-    takes the shape, and it was the faster of the two there on the H200 (benchmarks/RESULTS.md,
+    """Whether `flash_attention` (kernels="auto") should run this kernel rather than the teaching
+    one (`autograd.pick_kernel` asks): it
+    takes the shape, and it was the faster of the two there on the H200 (docs/journal.md,
     Gluon forward run 6: 1.02 to 1.33 times the teaching kernel at every point but causal d = 64
     at 1k keys, where it lost with one program an SM, 273 against 299 TFLOP/s, and wins with two,
     318 against 297, as the teaching kernel's own two programs an SM do)."""
@@ -425,7 +426,7 @@ def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
 def shared_layout(block: tuple[int, ...], dtype) -> gl.NVMMASharedLayout:
     """The TMA's shared-memory layout for tiles of shape `block` and Gluon dtype `dtype`, built
     once per tile shape: each launch needs one per descriptor, and building one is several
-    microseconds of Python (benchmarks/RESULTS.md, "Host cost per call at 1k keys")."""
+    microseconds of Python (docs/journal.md, "Host cost per call at 1k keys")."""
     return gl.NVMMASharedLayout.get_default_for(list(block), dtype)
 
 
@@ -510,7 +511,7 @@ class LaunchPolicy(NamedTuple):
 
 
 def launch_policy(d: int, n_q: int, n_k: int, causal: bool) -> LaunchPolicy:
-    """How to launch at this shape, from the H200 runs in benchmarks/RESULTS.md (Gluon forward
+    """How to launch at this shape, from the H200 runs in docs/journal.md (Gluon forward
     runs 4 and 6; run 6 timed each variant four times, in rotating order):
 
     - persistent except with the causal mask past 4k keys, where tiles of every length dealt out
@@ -591,12 +592,12 @@ def compile_for_sm90(
     pingpong: bool = False,
     programs_per_sm: int = 1,
 ):
-    """Compile the kernel for sm_90 here, without a GPU (`targets.compile_for`).
+    """Compile the kernel for sm_90 here, without a GPU (`cross_compile.compile_for`).
 
-    Returns targets.Compiled (shared_bytes, n_regs, spill_bytes, ptx, cubin): proof on a CPU
+    Returns cross_compile.Compiled (shared_bytes, n_regs, spill_bytes, ptx, cubin): proof on a CPU
     machine that the kernel builds for Hopper, with its shared memory and registers.
     """
-    from course_utils.triton_attention.targets import compile_for
+    from course_utils.triton_attention.cross_compile import compile_for
 
     if d not in HEAD_DIMS or dtype not in _GL_DTYPES:
         raise ValueError(f"d must be one of {HEAD_DIMS} and dtype float16 or bfloat16")

@@ -1,5 +1,4 @@
-"""benchmarks.backward_ws and benchmarks.forward_configs on a CPU machine: variants, table,
-config parsing and their exits without a GPU."""
+"""benchmarks.backward_ws on a CPU machine: its variants, its table and its exit without a GPU."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ import torch
 
 import course_utils.triton_attention  # noqa: F401  (first: the interpreter switch)
 from benchmarks import backward_ws as bench
-from benchmarks import forward_configs
 
 without_a_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's message")
 
@@ -19,7 +17,7 @@ def test_variants_per_head_dim():
     """Every variant names a launch the kernel takes: known options, buffers that fit."""
     import inspect
 
-    from course_utils.triton_attention import backward_ws as bws
+    from course_utils.triton_attention.hopper import backward_ws as bws
 
     options = set(inspect.signature(bws.flash_attention_bwd_ws).parameters)
     for d in (64, 128):
@@ -59,51 +57,3 @@ def test_backward_ws_without_a_hopper_gpu_says_so(tmp_path, capsys):
     assert bench.main(["--out", str(tmp_path), "--results", str(tmp_path / "R.md")]) == 0
     assert "needs a Hopper GPU" in capsys.readouterr().out
     assert not (tmp_path / "R.md").exists()
-
-
-def test_forward_configs_parse_and_refuse():
-    assert forward_configs.parse_config("128x64w4s3r168") == (128, 64, 4, 3, 168)
-    assert forward_configs.parse_config("64x32w4s4") == (64, 32, 4, 4, None)
-    with pytest.raises(ValueError, match="expected BMxBNwWARPSsSTAGES"):
-        forward_configs.parse_config("128x64")
-
-
-@without_a_gpu
-def test_forward_configs_without_a_gpu_exits_2(capsys):
-    assert forward_configs.main(["--configs", "64x64w4s3"]) == 2
-    assert "needs a CUDA GPU" in capsys.readouterr().err
-
-
-def test_decode_profile_splits_the_kernels_into_steps_at_each_flush():
-    from types import SimpleNamespace as NS
-
-    from benchmarks import decode_profile as prof
-
-    def kernel(name, start, end):
-        return NS(
-            name=name,
-            time_range=NS(start=start, end=end),
-            device_type=prof.torch.autograd.DeviceType.CUDA,
-        )
-
-    host = NS(name="cudaLaunchKernel", time_range=NS(start=0, end=1), device_type=None)
-    events = [
-        kernel("merge", 60.0, 62.0), kernel("flush", 0.0, 10.0), kernel("partials", 11.0, 58.0),
-        kernel("flush", 100.0, 110.0), kernel("partials", 112.0, 160.0), host,
-        kernel("merge", 163.0, 164.0), kernel("stray", -5.0, -1.0),
-    ]  # fmt: skip
-    steps = prof.step_kernels(events, {"flush"})
-    assert [[k[0] for k in s] for s in steps] == [["partials", "merge"], ["partials", "merge"]]
-    lines = prof.summarize(steps)
-    assert "partials" in lines[0] and "47.50 us" in lines[0]  # median of 47 and 48
-    assert "merge" in lines[1] and "gap before it   2.50 us" in lines[1]  # median of 2 and 3
-    assert "first start to last end:    51.50 us" in lines[2]  # median of 51 and 52
-    assert prof.short("x" * 60 + "(int)") == "x" * 45 + "..."
-
-
-@without_a_gpu
-def test_decode_profile_without_a_gpu_exits_2(capsys):
-    from benchmarks import decode_profile
-
-    assert decode_profile.main([]) == 2
-    assert "needs a CUDA GPU" in capsys.readouterr().err

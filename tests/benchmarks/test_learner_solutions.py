@@ -35,7 +35,7 @@ def test_a_missing_solution_cell_is_named(monkeypatch):
 
 
 def test_another_trees_solution_loads_beside_this_ones(tmp_path):
-    """--baseline-root of learner_fwd_sweep: an older solution, its own module, run side by side."""
+    """ls.load(name, root): an older checkout's solution, its own module, beside this one's."""
     import json
     import shutil
 
@@ -53,42 +53,6 @@ def test_another_trees_solution_loads_beside_this_ones(tmp_path):
     assert older.OLDER_TREE and not hasattr(ours, "OLDER_TREE")
     q, k, v = (t.detach() for t in _inputs(20, 20, 16, seed=5))
     torch.testing.assert_close(older.attention_fwd(q, k, v)[0], ours.attention_fwd(q, k, v)[0])
-
-
-def test_the_forward_sweep_tries_each_family_config_with_and_without_its_cap():
-    from benchmarks.learner_fwd_sweep import family_configs
-    from course_utils.triton_attention.forward import CONFIG_FAMILIES
-
-    for d, family in ((64, CONFIG_FAMILIES["d<=64"]), (128, CONFIG_FAMILIES["d<=128"])):
-        pairs = list(family_configs(d))
-        configs = dict(pairs)
-        assert len(configs) == len(pairs)  # each once
-        expected = {f"{bm}x{bn}-w{w}-s{s}" for bm, bn, w, s, _ in family}
-        expected |= {f"{bm}x{bn}-w{w}-s{s}-r{r}" for bm, bn, w, s, r in family if r}
-        assert set(configs) == expected
-        for bm, bn, w, s, regs in family:
-            label = f"{bm}x{bn}-w{w}-s{s}"
-            assert configs[label + (f"-r{regs}" if regs else "")].maxnreg == regs
-            assert tuple(configs[label]) == (bm, bn, w, s) and configs[label].maxnreg is None
-
-
-def test_the_forward_sweep_tables_one_per_head_dim_with_ratios_to_the_course():
-    """The two families have different configs, so different columns: one table each."""
-    from benchmarks.learner_fwd_sweep import tables
-
-    rows = [
-        ("d=64 causal=False N=1024", {"course": 400.0, "cudnn": 440.0, "128x128-w8-s2": 200.0}),
-        ("d=64 causal=True N=1024", {"course": 300.0, "cudnn": 330.0, "128x128-w8-s2": 300.0}),
-        ("d=128 causal=False N=1024", {"course": 500.0, "128x64-w8-s3": 450.0}),
-    ]
-    text = tables(rows, [64, 128])
-    assert text.count("| point |") == 2
-    assert "| point | course | cudnn | 128x128-w8-s2 |" in text
-    assert "| point | course | 128x64-w8-s3 |" in text
-    assert "| d=128 causal=False N=1024 | 500 | 450 |" in text
-    # 128x128-w8-s2 at d = 64: ratios 0.5 and 1.0, geometric mean 0.71, minimum 0.50
-    assert "d=64: cudnn 1.10 (1.10), 128x128-w8-s2 0.71 (0.50)" in text
-    assert "d=128: 128x64-w8-s3 0.90 (0.90)" in text
 
 
 def test_the_sdpa_reference_is_the_first_backend_that_runs():

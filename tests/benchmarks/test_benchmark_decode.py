@@ -1,4 +1,5 @@
-"""The decode benchmarks' CPU parts: the occupancy arithmetic, and a clear exit without a GPU."""
+"""The decode benchmarks' CPU parts: the occupancy arithmetic, the profiler's step split, and a
+clear exit without a GPU."""
 
 from __future__ import annotations
 
@@ -55,3 +56,38 @@ def test_page_cache_puts_every_token_where_the_table_says(layout, page, order):
         decode.page_cache(k, v, page, gen, "nchw")
     with pytest.raises(ValueError, match="order must be 'shuffled' or 'ordered'"):
         decode.page_cache(k, v, page, gen, layout, "sorted")
+
+
+def test_decode_profile_splits_the_kernels_into_steps_at_each_flush():
+    from types import SimpleNamespace as NS
+
+    from benchmarks import decode_profile as prof
+
+    def kernel(name, start, end):
+        return NS(
+            name=name,
+            time_range=NS(start=start, end=end),
+            device_type=prof.torch.autograd.DeviceType.CUDA,
+        )
+
+    host = NS(name="cudaLaunchKernel", time_range=NS(start=0, end=1), device_type=None)
+    events = [
+        kernel("merge", 60.0, 62.0), kernel("flush", 0.0, 10.0), kernel("partials", 11.0, 58.0),
+        kernel("flush", 100.0, 110.0), kernel("partials", 112.0, 160.0), host,
+        kernel("merge", 163.0, 164.0), kernel("stray", -5.0, -1.0),
+    ]  # fmt: skip
+    steps = prof.step_kernels(events, {"flush"})
+    assert [[k[0] for k in s] for s in steps] == [["partials", "merge"], ["partials", "merge"]]
+    lines = prof.summarize(steps)
+    assert "partials" in lines[0] and "47.50 us" in lines[0]  # median of 47 and 48
+    assert "merge" in lines[1] and "gap before it   2.50 us" in lines[1]  # median of 2 and 3
+    assert "first start to last end:    51.50 us" in lines[2]  # median of 51 and 52
+    assert prof.short("x" * 60 + "(int)") == "x" * 45 + "..."
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a CPU machine gets")
+def test_decode_profile_without_a_gpu_exits_2(capsys):
+    from benchmarks import decode_profile
+
+    assert decode_profile.main([]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err

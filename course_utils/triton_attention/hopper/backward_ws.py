@@ -1,0 +1,346 @@
+"""A warp-specialized FlashAttention backward for Hopper (sm_90), written in Gluon.
+
+The course backward (`../backward.py`) runs two gradient kernels, one for dK and dV and one for dQ,
+so that no program writes where another does; S and dP are computed in both (seven N^2 d matrix
+products). This variant computes all three gradients in one pass over the tile pairs, as
+FlashAttention-2 and -3 do: five products, dQ added into an fp32 buffer.
+
+One program per key tile of BLOCK_N = 128 keys (or, with persistent=True, one per SM taking
+key tiles in turn); each program's warps split by job:
+
+    loader      1 warp: TMA copies of a key tile's K and V (once the last tile's are free), then
+                of each query tile's Q_i and dO_i (BLOCK_M = 64 rows, 128 at d = 64), with its
+                lse_i and D_i, into a ring of NUM_SLOTS slots (mbarriers say when a slot is full
+                and when it is free)
+    gradient x2 two warpgroups, each owning 64 of the 128 keys: on the tensor cores (wgmma)
+
+                    S^T  = K Q_i^T           P^T = exp(tau S^T - lse_i)    (64 keys x BLOCK_M)
+                    dP^T = V dO_i^T          dS^T = P^T * (dP^T - D_i)
+                    dV  += P^T dO_i          dK  += dS^T Q_i               (registers, 64 x d)
+                    dQ_i += dS K             (shared memory, then one TMA reduce-add into HBM)
+
+dS^T goes through shared memory, where the dQ product reads it transposed. With dq_split the two
+warpgroups share their dS^T halves (an mbarrier between them) and each computes half of dQ_i over
+all 128 keys: half its columns at d = 128 (32 accumulator registers a thread instead of 64, half
+the adds), half its rows with 128-query steps at d = 64. Otherwise each warpgroup adds its own
+keys' part of dQ_i and never waits for the other (with the mask, at d = 128, that was faster).
+With dq_lag (the default at d = 64, and at d = 128 with the mask) the shared dS^T has two
+buffers and each step computes the previous step's dQ (FlashAttention-3's two dS stages): the
+other warpgroup has had a whole step to write its half, so the two need not meet inside a step
+and their exponential phases drift apart, leaving the tensor cores less idle.
+dQ_i leaves as FlashAttention-3 sends it: written to shared memory in fp32 and added
+into HBM by one TMA bulk reduce-add (`cp.reduce.async.bulk.tensor ... add`), not by the threads'
+atomics; Triton 3.6 has the operation but no Gluon name for it, so `_tma_reduce_add` emits it.
+lse_i and D_i are read from the ring just when the exponentials and dS^T need them: a thread
+holds 16 (32) query columns of each, which it would otherwise keep in registers, with their
+64-bit addresses, through the step's products.
+
+HBM traffic per head, N queries and keys: K, V read once; Q, dO, lse and D once per key tile
+(N / 128 times, most re-reads from L2); dK, dV written once; dQ read-modified-written in fp32 once
+per key tile (by the TMA, in L2; twice without dq_split), then scaled and cast once. Shapes it
+takes: `forward_ws.supported` (Hopper, float16 or bfloat16, d 64 or 128, contiguous, lengths
+multiples of 128).
+
+Measured on the H200 (docs/journal.md, "Gluon backward" runs 1 to 9, each variant against the
+others, the course backward and SDPA's in one run): the TMA reduce-add made it 1.12 to 1.36 times
+faster than with the threads' atomics; lse and D through the TMA 1.04 to 1.23 times; 128-query
+steps at d = 64 1.01 to 1.07 times; the lagged dQ 1.00 to 1.17 times where it is the default.
+From 4k keys it runs at 0.90 to 1.00 of cuDNN and 1.03 to 1.32 times the course backward; at 1k
+keys it passes the course's only at d = 128 without the mask (1.16 times). `flash_attention`
+runs it where it was the faster (`preferred`, asked by `autograd.pick_kernel`). Lost and taken
+out or left off: issuing each step's S^T and dP^T during the step before (spills at d = 128:
+0.57 to 0.71 times as fast), persistent programs (level or behind). `python -m
+benchmarks.backward_ws` times it.
+
+This module is the host side (the launch, its options and their measured defaults, `preferred`,
+`compile_for_sm90`); the @gluon.jit device code is `backward_ws_kernel`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental.gluon import language as gl
+
+from course_utils._validate import softmax_scale_or_default
+from course_utils.triton_attention.backward import (
+    PREPROCESS_BLOCK_M,
+    _attn_bwd_preprocess_kernel,
+    _check_backward_inputs,
+)
+from course_utils.triton_attention.forward import _bind_cuda_context
+from course_utils.triton_attention.hopper.backward_ws_kernel import _attn_bwd_ws_kernel
+from course_utils.triton_attention.hopper.forward_ws import (
+    _GL_DTYPES,
+    HEAD_DIMS,
+    SHARED_LIMIT,
+    TensorDescriptor,
+    _descriptor,
+    descriptor_signature,
+    shared_layout,
+    supported,
+)
+
+LOG2E = 1.4426950408889634
+BLOCK_M = 64  # query rows per step (block_m=128 at d = 64: FlashAttention-3's step there)
+BLOCK_MS = (64, 128)
+DQ_ROWS = 64  # rows of dQ_i in one product and one reduce-add: a warpgroup's wgmma M
+BLOCK_N = 128  # keys per program: two warpgroups of 64
+NUM_SLOTS = 2  # Q/dO ring depth (3 at d = 64 without the mask: `num_slots_default`)
+DQ_TMA_DEFAULT = True  # dQ by TMA reduce-adds (False: by the threads' atomics, runs 1 and 2)
+PERSISTENT_DEFAULT = False  # one program per key tile (True: one per SM, lost in run 5)
+STATS_TMA_DEFAULT = True  # lse_i, D_i through the TMA with Q_i, dO_i (False: loaded every step)
+MAXNREG = 168  # as forward_ws: 12 warps x 32 threads x 168 <= 65,536 registers
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------------------------
+
+
+def flash_attention_bwd_ws(
+    do: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    causal: bool = False,
+    softmax_scale: float | None = None,
+    *,
+    num_slots: int | None = None,
+    dq_split: bool | None = None,
+    dq_tma: bool = DQ_TMA_DEFAULT,
+    persistent: bool = PERSISTENT_DEFAULT,
+    stats_tma: bool = STATS_TMA_DEFAULT,
+    block_m: int | None = None,
+    dq_lag: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients (dq, dk, dv) as `backward.flash_attention_bwd`, by the warp-specialized kernel
+    (Hopper only; ValueError naming what `forward_ws.supported` refuses).
+
+    Args and shapes as flash_attention_bwd; num_slots: the Q/dO ring's depth (1 to 3);
+    dq_split: at d = 128 the two warpgroups share their dS^T and each computes half of dQ_i's
+    columns (half the adds; without dq_lag a wait for each other every step), else each adds
+    its own keys' part of all columns (default `dq_split_default(d, causal, dq_lag)`); dq_tma:
+    each part of dQ_i is added by one TMA reduce-add from shared memory (True) or by the
+    threads' atomic adds (False);
+    persistent: one program per SM takes the key tiles in turn, so one tile's dK and dV are
+    written while the next one's K and V arrive (False: one program per key tile); stats_tma:
+    the loader brings each query tile's lse and D into shared memory with Q_i and dO_i (True),
+    else each gradient thread loads its 2 x 16 of them from HBM every step; block_m: query rows
+    per step, 64 or (at d = 64 only) 128, where the warpgroups share dS^T and each computes 64
+    rows of dQ_i (default `block_m_default(d)`); dq_lag: where the warpgroups share dS^T, two
+    dS^T buffers and each step's dQ product one step late, so that they do not wait for each
+    other inside a step (needs dq_tma; default `dq_lag_default(d, causal)`). Defaults and
+    refusals: `launch_options`. Extra memory: an fp32 dQ of q's shape.
+    """
+    _check_backward_inputs(do, q, k, v, out, lse, causal)
+    reason = supported(q, k, v, causal)
+    if reason is not None:
+        raise ValueError(f"flash_attention_bwd_ws: {reason}")
+    batch, heads, n_q, d = q.shape
+    for name, t in (("do", do), ("out", out), ("lse", lse)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous")
+    n_k = k.shape[2]
+    opts = launch_options(d, causal, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag)
+    num_slots, dq_split, block_m = opts["num_slots"], opts["dq_split"], opts["block_m"]
+    dq_tma, stats_tma, dq_lag = opts["dq_tma"], opts["stats_tma"], opts["dq_lag"]
+    scale = float(softmax_scale_or_default(softmax_scale, d))
+    bh = batch * heads
+    if q.numel() == 0:  # no query: out does not depend on q, k, v (as the course backward)
+        return tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    delta = torch.empty((batch, heads, n_q), dtype=torch.float32, device=q.device)
+    _attn_bwd_preprocess_kernel[(triton.cdiv(n_q, PREPROCESS_BLOCK_M), bh)](
+        out, do, delta, n_q, HEAD_DIM=d, BLOCK_D=d, BLOCK_M=PREPROCESS_BLOCK_M
+    )  # read 2 N d, write N per head
+    dq32 = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    _bind_cuda_context(q.device)
+    dq_dst = _dq_descriptor(dq32) if dq_tma else dq32
+    if stats_tma:  # the TMA wants a 16-byte aligned base
+        lse = lse if lse.data_ptr() % 16 == 0 else lse.clone()
+        lse_src, delta_src = _stats_descriptor(lse, block_m), _stats_descriptor(delta, block_m)
+    else:
+        lse_src, delta_src = lse, delta
+    n_tiles = n_k // BLOCK_N * bh
+    if persistent:  # one program per SM (its shared memory allows no second), tiles in turn
+        programs = min(n_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
+    else:
+        programs = n_tiles
+    _attn_bwd_ws_kernel[(programs,)](
+        _descriptor(q, block_m), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
+        _descriptor(do, block_m), dq_dst, dk, dv, lse_src, delta_src, n_q, n_k, bh,
+        scale * LOG2E, scale, CAUSAL=causal, NUM_SLOTS=num_slots, DQ_SPLIT=dq_split,
+        DQ_TMA=dq_tma, STATS_TMA=stats_tma, DQ_LAG=dq_lag, num_warps=4,
+        maxnreg=MAXNREG,
+    )  # fmt: skip
+    dq = torch.empty_like(q)
+    torch.mul(dq32, scale, out=dq)  # scaled in fp32, cast as stored: one elementwise kernel
+    return dq, dk, dv
+
+
+def launch_options(
+    d: int, causal: bool, num_slots: int | None = None, dq_split: bool | None = None,
+    dq_tma: bool = DQ_TMA_DEFAULT, stats_tma: bool = STATS_TMA_DEFAULT,
+    block_m: int | None = None, dq_lag: bool | None = None,
+) -> dict:  # fmt: skip
+    """The kernel's constexpr options at head dimension d, as a launch and `compile_for_sm90`
+    take them: each None replaced by its measured default (`block_m_default`, `dq_lag_default`,
+    `dq_split_default`, `num_slots_default`), dq_split as the kernel reads it (True where the
+    warpgroups share dS^T), and a ValueError naming the argument for a combination the kernel
+    cannot take or whose buffers pass the H200's shared memory (`shared_bytes`)."""
+    block_m = block_m_default(d) if block_m is None else block_m
+    if block_m not in BLOCK_MS or (block_m == 128 and d != 64):
+        raise ValueError(
+            f"block_m must be one of {BLOCK_MS} (128 only at d = 64: at d = 128 the step's "
+            f"accumulators pass a thread's 240 registers), got {block_m!r} at d = {d}"
+        )
+    # At d = 64 and 64 rows a half would be 32 columns, below a wgmma tile; at 128 rows the
+    # warpgroups always split dQ_i's rows (each one's own keys' part would take 64 registers).
+    can_share = block_m == 128 or (d == 128 and (dq_split is None or bool(dq_split)))
+    if dq_lag is None:
+        dq_lag = dq_lag_default(d, causal) and can_share and bool(dq_tma)
+    dq_lag = bool(dq_lag)
+    dq_split = dq_split_default(d, causal, dq_lag) if dq_split is None else bool(dq_split)
+    dq_split = (dq_split and d == 128) or block_m == 128
+    if dq_lag and not (dq_split and dq_tma):
+        raise ValueError(
+            "dq_lag needs the warpgroups to share dS^T (dq_split at d = 128, or block_m=128) "
+            f"and dq_tma, got dq_split={dq_split}, dq_tma={dq_tma} at d = {d}"
+        )
+    num_slots = num_slots_default(d, causal, dq_lag) if num_slots is None else num_slots
+    if isinstance(num_slots, bool) or not isinstance(num_slots, int) or not 1 <= num_slots <= 3:
+        raise ValueError(f"num_slots must be an int from 1 to 3, got {num_slots!r}")
+    need = shared_bytes(d, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag)
+    if need > SHARED_LIMIT:
+        raise ValueError(
+            f"num_slots={num_slots}, dq_split={dq_split}, dq_tma={dq_tma}, "
+            f"stats_tma={stats_tma}, block_m={block_m}, dq_lag={dq_lag} at d = {d} need "
+            f"{need} bytes of shared memory, more than the {SHARED_LIMIT} a program can have"
+        )
+    return {
+        "num_slots": num_slots, "dq_split": dq_split, "dq_tma": bool(dq_tma),
+        "stats_tma": bool(stats_tma), "block_m": block_m, "dq_lag": dq_lag,
+    }  # fmt: skip
+
+
+def block_m_default(d: int) -> int:
+    """Query rows per step at head dimension d: 128 at d = 64 (up to 1.07 times as fast as 64
+    in Gluon backward run 7, docs/journal.md), 64 at d = 128 (128 does not fit)."""
+    return 128 if d == 64 else BLOCK_M
+
+
+def dq_lag_default(d: int, causal: bool) -> bool:
+    """Whether each step's dQ comes one step late from two dS^T buffers: at d = 64, and at
+    d = 128 with the mask (Gluon backward run 9, docs/journal.md: 1.00 to 1.11 times the
+    best unlagged variant at d = 64, 1.06 to 1.17 times at d = 128 with the mask). At d = 128
+    without the mask it lost (0.96 to 0.98 times the shared dS^T without the lag)."""
+    return d == 64 or causal
+
+
+def num_slots_default(d: int, causal: bool, dq_lag: bool = False) -> int:
+    """The Q/dO ring's depth: 3 at d = 64 without the mask and without the lag (1.00 to 1.03
+    times as fast as 2 in Gluon backward runs 7 and 8), else 2 (with the mask 3 lost 1 to 6 %;
+    with the lag's second dS^T buffer 3 slots pass shared memory at d = 64)."""
+    return 3 if d == 64 and not causal and not dq_lag else NUM_SLOTS
+
+
+def dq_split_default(d: int, causal: bool, dq_lag: bool = False) -> bool:
+    """Whether the warpgroups share dS^T at d = 128: without the mask (half the dQ reduce-adds:
+    1.06 to 1.09 times as fast in runs 7 and 8), and with the lag, which needs it. With the mask
+    and without the lag each adds its own keys' part (1.11 to 1.15 times as fast as sharing
+    without the lag: no wait for each other every step)."""
+    return d == 128 and (dq_lag or not causal)
+
+
+def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
+    """Whether `flash_attention` (kernels="auto") should run this kernel rather than the course
+    backward (`autograd.pick_kernel` asks): it
+    takes the shape, and it was the faster of the two on the H200 there (docs/journal.md,
+    Gluon backward run 9): from 2k keys (at 4k and 16k 1.03 to 1.32 times the course backward),
+    and at 1k keys at d = 128 (1.17 times without the mask; with it 269 against 252 TFLOP/s in
+    rotating rounds, 2026-12-04, where run 9's single timings had the course ahead). At 1k keys
+    at d = 64 the course's three kernels are faster (319 against 303, 243 against 217)."""
+    if supported(q, k, v, causal) is not None:
+        return False
+    return k.shape[2] >= 2048 or q.shape[3] == 128
+
+
+DQ_COLS = 64  # columns of dQ_i in one product and one reduce-add
+
+
+def _dq_descriptor(dq32: torch.Tensor) -> TensorDescriptor:
+    """A 2-D (B*H*N_Q, d) descriptor over the fp32 dQ, tiles of (64, 64): the reduce-adds'."""
+    flat = dq32.view(-1, dq32.shape[-1])
+    layout = shared_layout((DQ_ROWS, DQ_COLS), gl.float32)
+    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [DQ_ROWS, DQ_COLS], layout)
+
+
+def _stats_descriptor(t: torch.Tensor, block_m: int = BLOCK_M) -> TensorDescriptor:
+    """A 1-D (B*H*N_Q,) descriptor over the fp32 lse or D, tiles of block_m: the loader's."""
+    flat = t.view(-1)
+    layout = shared_layout((block_m,), gl.float32)
+    return TensorDescriptor(flat, [flat.numel()], [1], [block_m], layout)
+
+
+def shared_bytes(
+    d: int, num_slots: int, dq_split: bool, dq_tma: bool, stats_tma: bool = STATS_TMA_DEFAULT,
+    block_m: int = BLOCK_M, dq_lag: bool = False,
+) -> int:  # fmt: skip
+    """Shared memory of one program, in bytes: the Q/dO ring (with lse and D when stats_tma), K
+    and V, dS^T (twice with dq_lag), with dq_tma each warpgroup's fp32 staging of its dQ_i
+    parts, and up to 1 KB for the mbarriers and the alignment between buffers."""
+    elem = 2
+    ring = 2 * num_slots * block_m * d * elem
+    kv = 2 * BLOCK_N * d * elem
+    ds = BLOCK_N * block_m * elem * (2 if dq_lag else 1)
+    parts = 1 if dq_split else d // DQ_COLS
+    stage = 2 * parts * DQ_ROWS * DQ_COLS * 4 if dq_tma else 0
+    stats = 2 * num_slots * block_m * 4 if stats_tma else 0
+    return ring + stats + kv + ds + stage + 1024
+
+
+def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = torch.bfloat16,
+                     num_slots: int | None = None, dq_split: bool | None = None,
+                     dq_tma: bool = DQ_TMA_DEFAULT, stats_tma: bool = STATS_TMA_DEFAULT,
+                     block_m: int | None = None, dq_lag: bool | None = None):  # fmt: skip
+    """Compile the kernel for sm_90 here, without a GPU (`cross_compile.compile_for`): proof on a
+    CPU machine that it builds for Hopper, with its shared memory, registers and PTX. The lengths
+    count as multiples of 16, as a launch with N a multiple of 128 specializes them."""
+    from triton.runtime.jit import mangle_type
+
+    from course_utils.triton_attention.cross_compile import compile_for
+
+    if d not in HEAD_DIMS or dtype not in _GL_DTYPES:
+        raise ValueError(f"d must be one of {HEAD_DIMS} and dtype float16 or bfloat16")
+    opts = launch_options(d, causal, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag)
+    block_m, dq_tma, stats_tma = opts["block_m"], opts["dq_tma"], opts["stats_tma"]
+    signature = descriptor_signature(
+        d, dtype, {"q_desc": block_m, "k_desc": BLOCK_N, "v_desc": BLOCK_N, "do_desc": block_m}
+    )
+    elem = {torch.bfloat16: "*bf16", torch.float16: "*fp16"}[dtype]
+    if dq_tma:
+        signature["dq_dst"] = mangle_type(_dq_descriptor(torch.empty((4 * BLOCK_M, d))))
+    else:
+        signature["dq_dst"] = "*fp32"
+    if stats_tma:
+        stats = mangle_type(_stats_descriptor(torch.empty(4 * block_m), block_m))
+    else:
+        stats = "*fp32"
+    signature.update(
+        dk_ptr=elem, dv_ptr=elem, lse_src=stats, delta_src=stats,
+        seqlen_q="i32", seqlen_k="i32", n_bh="i32", qk_scale="fp32", sm_scale="fp32",
+    )  # fmt: skip
+    divisible = ["dk_ptr", "dv_ptr", "seqlen_q", "seqlen_k"]
+    divisible += [] if dq_tma else ["dq_dst"]
+    divisible += [] if stats_tma else ["lse_src", "delta_src"]
+    return compile_for(
+        _attn_bwd_ws_kernel, signature,
+        {
+            "CAUSAL": causal, "NUM_SLOTS": opts["num_slots"], "DQ_SPLIT": opts["dq_split"],
+            "DQ_TMA": dq_tma, "STATS_TMA": stats_tma, "DQ_LAG": opts["dq_lag"],
+        },
+        target=(9, 0), num_warps=4, maxnreg=MAXNREG, divisible=tuple(divisible),
+    )  # fmt: skip
