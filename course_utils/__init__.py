@@ -1,17 +1,21 @@
-"""course_utils: reference implementations, checks and figures for the FlashAttention course.
+"""course_utils: the FlashAttention course's package: answers, a learner's tools, checks, figures.
 
-One idea per module:
-    softmax     online softmax statistics, the logsumexp merge of partial results
-    attention   naive attention (the oracle), tiled FlashAttention forward, split-KV decoding
-    memory      CountingMemory (an HBM + on-chip model) and the HBM traffic formulas
-    roofline    FLOPs, arithmetic intensity, time lower bounds, hardware numbers
-    checks      learner-facing checks with named misconceptions (used by the notebooks)
-    widgets     the interactive figures
+One folder per kind of code:
+    references        the answers: every exercise's reference (softmax, attention, memory, ...)
+    harness           what a learner may use: CountingMemory, hardware facts, the ring transport,
+                      the Triton skeletons and runners (copied whole into a graded kernel)
+    widgets           the interactive figures: they only draw
+    checks            the learner-facing checks, one module per notebook, with named mistakes
     triton_attention  Triton GPU kernels (imported lazily: needs torch and triton)
 
-Everything except GPU timing runs on a CPU-only machine.
+The names below are re-exported for the notebooks (`cu.attention_reference`, `cu.CountingMemory`,
+`cu.H100_SXM`, ...). Everything except GPU timing runs on a CPU-only machine.
 """
 
+from course_utils.harness.attention_backends import naive_attention_torch
+from course_utils.harness.counting_memory import CountingMemory, OnChipMemoryError
+from course_utils.harness.hardware import A100, H100_SXM, H200, Hardware
+from course_utils.references import backward  # notebook 07 calls cu.backward.*
 from course_utils.references.attention import (
     attention_reference,
     flash_attention_forward,
@@ -22,14 +26,11 @@ from course_utils.references.backward import (
     attention_backward_flops,
     attention_backward_reference,
     flash_attention_backward,
-    naive_attention_torch,
     saved_bytes_naive_vs_fused,
     saved_tensor_bytes,
     softmax_backward,
 )
 from course_utils.references.memory import (
-    CountingMemory,
-    OnChipMemoryError,
     causal_flash_attention_traffic,
     causal_tile_count,
     count_flash_attention,
@@ -39,10 +40,6 @@ from course_utils.references.memory import (
     standard_attention_traffic,
 )
 from course_utils.references.roofline import (
-    A100,
-    H100_SXM,
-    H200,
-    Hardware,
     arithmetic_intensity,
     at_scale_example,
     attention_flops,
@@ -58,6 +55,7 @@ from course_utils.references.softmax import (
 )
 
 __all__ = [
+    "backward",
     "attention_backward_flops",
     "attention_backward_reference",
     "flash_attention_backward",

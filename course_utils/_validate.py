@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -43,6 +44,15 @@ def positive_int(value, name: str) -> int:
     if value <= 0:
         raise ValueError(f"{name} must be a positive integer, got {value}")
     return int(value)
+
+
+def positive_real(value, name: str) -> float:
+    """Return `value` as a float, or raise if it is not a finite positive real (bools refused)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a positive number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be finite and positive, got {value}")
+    return float(value)
 
 
 def softmax_scale_or_default(softmax_scale, d: int) -> float:

@@ -37,8 +37,8 @@ from course_utils.checks.engine.failures import (
 )
 from course_utils.checks.engine.quizzes import hinted_answer
 from course_utils.checks.merge_partials import MERGE_MISTAKES
-from course_utils.harness.ring_comm import shard_sizes, zigzag_bounds
-from course_utils.references.ring_attention import CAUSAL, FULL, SKIP, ring_bytes_sent
+from course_utils.harness.ring_comm import CAUSAL, FULL, SKIP, shard_sizes, zigzag_bounds
+from course_utils.references.ring_attention import ring_bytes_sent
 from course_utils.references.ring_attention import ring_plan as _reference_plan
 
 NEG_INF = -np.inf

@@ -47,9 +47,7 @@ from course_utils.harness.triton_interpreter import INTERPRETER  # first: before
 import triton
 import triton.language as tl
 
-from course_utils.harness.triton_bounds import OutOfBoundsError
-from course_utils.harness.triton_learner import check_learner_function
-from course_utils.triton_attention.decode import (
+from course_utils.harness.kernel_inputs import (
     LOG2E,
     MAX_SPLITS,
     MIN_ROWS,
@@ -57,6 +55,8 @@ from course_utils.triton_attention.decode import (
     choose_num_splits,
     pages_per_split,
 )
+from course_utils.harness.triton_bounds import OutOfBoundsError
+from course_utils.harness.triton_learner import check_learner_function
 
 _PLAIN_NUMBER = re.compile(
     r"'(int|float|bool)' object (has no attribute '(\w+)'|is not subscriptable)"

@@ -4,6 +4,8 @@ The plumbing of notebook 10 (ring attention), with no attention answer in it:
 
     zigzag_bounds(N, P)        the zig-zag layout: the sequence cut into 2P chunks, rank r holding
                                chunks r and 2P-1-r (its "front" and "back" chunk)
+    SKIP, FULL, CAUSAL         what a step does with a (query chunk, key chunk) pair: 0 nothing
+                               (fully masked), 1 attention with no mask, 2 with the causal mask
     shard / unshard            a (B, H, N, ...) tensor to its P zig-zag shards and back
     RingComm                   what a rank's code talks through: isend / irecv to a neighbour,
                                counting the bytes it sends and logging posts, waits, attention
@@ -46,6 +48,7 @@ from multiprocessing import connection as mp_connection
 import numpy as np
 
 NEG_INF = float("-inf")
+SKIP, FULL, CAUSAL = 0, 1, 2  # a chunk pair: fully masked, no mask, the causal mask (the diagonal)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -46,8 +46,9 @@ import triton
 import triton.language as tl
 from triton.runtime.jit import KernelInterface
 
+from course_utils.harness.kernel_inputs import check_attention_inputs
 from course_utils.student_errors import NotWrittenError
-from course_utils.triton_attention.forward import _check_inputs, output_buffers
+from course_utils.triton_attention.forward import output_buffers
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 
@@ -262,7 +263,7 @@ def learner_attention(
     """
     check_learner_function(step, "online_softmax_step")
     check_learner_function(finalize, "finalize_rows")
-    _check_inputs(q, k, v, causal)
+    check_attention_inputs(q, k, v, causal)
     batch, heads, n_q, d = q.shape
     n_k = k.shape[2]
     if softmax_scale is None:

@@ -43,8 +43,8 @@ from course_utils.harness.triton_interpreter import INTERPRETER  # first: before
 import triton
 import triton.language as tl
 
+from course_utils.harness.kernel_inputs import check_attention_inputs
 from course_utils.harness.triton_learner import check_learner_function
-from course_utils.triton_attention.forward import _check_inputs
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
 
@@ -190,7 +190,7 @@ def learner_backward(
         {"bwd_preprocess_kernel": preprocess_kernel, "bwd_dkdv_kernel": dkdv_kernel,
          "bwd_dq_kernel": dq_kernel}
     )  # fmt: skip
-    _check_inputs(q, k, v, causal)
+    check_attention_inputs(q, k, v, causal)
     _same_as("do", do, q)
     _same_as("out", out, q)
     _same_as("lse", lse, q, shape=q.shape[:3], dtype=torch.float32)

@@ -33,9 +33,9 @@ import course_utils.harness.triton_interpreter  # noqa: F401  (first: before tri
 # isort: split
 import triton
 
+from course_utils.harness.kernel_inputs import check_attention_inputs
 from course_utils.harness.triton_learner import check_learner_function
 from course_utils.harness.triton_load_log import recording
-from course_utils.triton_attention.forward import _check_inputs
 
 __all__ = [
     "check_attention_inputs",
@@ -45,15 +45,6 @@ __all__ = [
     "run_scale_tile",
     "run_softmax_rows",
 ]
-
-
-def check_attention_inputs(q, k, v, causal) -> None:
-    """Refuse what the forward kernel does not handle, with an error that names the argument.
-
-    q: (batch, heads, N_q, d), k and v: (batch, heads, N_k, d), one dtype (float16, bfloat16 or
-    float32), one device, 16 <= d <= 256; causal (query i sees keys 0..i) needs N_q == N_k.
-    """
-    _check_inputs(q, k, v, causal)
 
 
 def _sync(t: torch.Tensor) -> None:

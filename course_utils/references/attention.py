@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from course_utils._validate import as_float_array, check_qkv, positive_int, softmax_scale_or_default
-from course_utils.references.softmax import NEG_INF, _finite_or_zero, merge_partials
+from course_utils.harness.constants import NEG_INF
+from course_utils.references.softmax import _finite_or_zero, merge_partials
 
 
 def _inputs(Q, K, V, causal, softmax_scale):

@@ -24,8 +24,10 @@ from typing import NamedTuple
 import numpy as np
 
 from course_utils._validate import as_float_array, check_qkv, positive_int, softmax_scale_or_default
+from course_utils.harness.attention_backends import naive_attention_torch
+from course_utils.harness.constants import NEG_INF
 from course_utils.references.attention import _check_scores
-from course_utils.references.softmax import NEG_INF, _finite_or_zero
+from course_utils.references.softmax import _finite_or_zero
 
 __all__ = [
     "SavedBytes",
@@ -272,29 +274,6 @@ def saved_tensors(fn, *args, **kwargs) -> list[SavedTensor]:
 def saved_tensor_bytes(fn, *args, **kwargs) -> int:
     """Bytes of the distinct tensors (storages) autograd keeps for the backward pass of fn."""
     return sum(t.nbytes for t in saved_tensors(fn, *args, **kwargs))
-
-
-def naive_attention_torch(q, k, v, causal: bool = False, softmax_scale: float | None = None):
-    """softmax(tau q k^T [+ causal mask]) v in plain torch ops: autograd stores P.
-
-    Args:
-        q: (..., Nq, d), k: (..., Nk, d), v: (..., Nk, dv) torch tensors.
-        causal: query i sees keys 0..i only.  softmax_scale: tau; default 1/sqrt(d).
-
-    Returns:
-        out: (..., Nq, dv).
-    """
-    torch = _torch()
-    tau = softmax_scale_or_default(softmax_scale, q.shape[-1])
-    s = (q @ k.transpose(-1, -2)) * tau  # (..., Nq, Nk); a scalar product saves no tensor
-    if causal:
-        # an additive constant mask: adding it saves nothing for the backward pass
-        visible = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
-        s = s + torch.zeros(visible.shape, dtype=s.dtype, device=s.device).masked_fill(
-            ~visible, float("-inf")
-        )
-    p = torch.softmax(s, dim=-1)  # saved by softmax's and by the matmul's backward
-    return p @ v
 
 
 def saved_bytes_naive_vs_fused(

@@ -9,7 +9,8 @@ measures with it:
     peak_memory(attention, ...)       torch.cuda.max_memory_allocated of forward + backward (GPU)
     tokens_per_second(model, ...)     training throughput (GPU only)
 
-Attention backends, all (B, H, N, d) -> (B, H, N, d) with the scale 1/sqrt(d):
+Attention backends (harness.attention_backends: resolve_attention, attention_label, BACKENDS,
+re-exported here), all (B, H, N, d) -> (B, H, N, d) with the scale 1/sqrt(d):
 
     "naive"   softmax(q k^T / sqrt(d)) v in torch ops: autograd keeps the N x N matrix P
     "sdpa"    torch.nn.functional.scaled_dot_product_attention (a fused kernel where one exists)
@@ -20,7 +21,6 @@ Attention backends, all (B, H, N, d) -> (B, H, N, d) with the scale 1/sqrt(d):
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import random
@@ -34,13 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils._validate import positive_int
-from course_utils.references.backward import (
-    naive_attention_torch,
-    saved_tensor_bytes,
-    saved_tensors,
-)
-
-BACKENDS = ("naive", "sdpa", "course")
+from course_utils.harness.attention_backends import BACKENDS, attention_label, resolve_attention
+from course_utils.references.backward import saved_tensor_bytes, saved_tensors
 
 
 def _interpreter_before_triton() -> None:
@@ -59,6 +54,7 @@ __all__ = [
     "GPT",
     "GPTConfig",
     "attention_block",
+    "attention_label",
     "get_batch",
     "make_corpus",
     "peak_memory",
@@ -149,74 +145,8 @@ def get_batch(data: torch.Tensor, batch_size: int, context: int, generator: torc
 
 
 # ---------------------------------------------------------------------------------------------
-# Swappable attention
+# Swappable attention (the backends and resolve_attention: harness.attention_backends)
 # ---------------------------------------------------------------------------------------------
-
-
-def sdpa_attention(q, k, v, causal):
-    """torch's scaled_dot_product_attention, scale 1/sqrt(d). q, k, v: (B, H, N, d)."""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
-
-
-def naive_attention(q, k, v, causal):
-    """softmax(q k^T / sqrt(d) [+ causal mask]) v in plain torch ops; keeps P (B, H, N, N)."""
-    return naive_attention_torch(q, k, v, causal=bool(causal))
-
-
-def course_attention(q, k, v, causal):
-    """The course's Triton FlashAttention (forward and backward kernels). q, k, v: (B, H, N, d)
-    with 16 <= d <= 256; in Triton's interpreter without a GPU (slow: keep sizes tiny)."""
-    from course_utils.triton_attention import flash_attention
-
-    return flash_attention(q, k, v, bool(causal))
-
-
-_BY_NAME = {"naive": naive_attention, "sdpa": sdpa_attention, "course": course_attention}
-
-
-def resolve_attention(attention) -> Callable:
-    """The function attention(q, k, v, causal) -> out that a name or an object stands for.
-
-    Args:
-        attention: "naive", "sdpa", "course", a callable (q, k, v, causal) -> out, or a
-            torch.autograd.Function subclass whose forward takes (q, k, v, causal) or
-            (q, k, v, causal, softmax_scale) (then called with softmax_scale=None: 1/sqrt(d)).
-
-    Returns:
-        A callable (q, k, v, causal) -> out; q, k, v and out of shape (B, H, N, d).
-    """
-    if isinstance(attention, str):
-        if attention not in _BY_NAME:
-            raise ValueError(
-                f"attention must be one of {list(_BY_NAME)} or a callable (q, k, v, causal) -> "
-                f"out, got the string {attention!r}"
-            )
-        return _BY_NAME[attention]
-    if isinstance(attention, type) and issubclass(attention, torch.autograd.Function):
-        function = attention
-        # forward(ctx, q, k, v, causal, softmax_scale): the default scale passed as None
-        with_scale = len(inspect.signature(function.forward).parameters) >= 6
-
-        def apply(q, k, v, causal):
-            if with_scale:
-                return function.apply(q, k, v, bool(causal), None)
-            return function.apply(q, k, v, bool(causal))
-
-        apply.__name__ = function.__name__
-        return apply
-    if callable(attention):
-        return attention
-    raise TypeError(
-        f"attention must be one of {list(_BY_NAME)}, a callable (q, k, v, causal) -> out or an "
-        f"autograd.Function, got {type(attention).__name__}"
-    )
-
-
-def attention_label(attention) -> str:
-    """A short name for a backend, for tables and legends."""
-    if isinstance(attention, str):
-        return attention
-    return getattr(attention, "__name__", type(attention).__name__)
 
 
 def attention_block(x, w_qkv, w_out, n_heads, attention):

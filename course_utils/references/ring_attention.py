@@ -37,9 +37,16 @@ import math
 
 import numpy as np
 
-from course_utils.harness.ring_comm import launch_ring, local_attention, shard, shard_sizes, unshard
-
-SKIP, FULL, CAUSAL = 0, 1, 2
+from course_utils.harness.ring_comm import (
+    CAUSAL,
+    FULL,
+    SKIP,
+    launch_ring,
+    local_attention,
+    shard,
+    shard_sizes,
+    unshard,
+)
 
 
 def ring_plan(rank: int, step: int, P: int, causal: bool):

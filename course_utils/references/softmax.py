@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from course_utils._validate import as_float_array, positive_int
-
-NEG_INF = -np.inf
+from course_utils.harness.constants import NEG_INF
 
 
 def _finite_or_zero(m: np.ndarray) -> np.ndarray:
@@ -97,6 +96,28 @@ def online_softmax_steps(x, v, block: int) -> list[OnlineStep]:
         weights = np.exp(x[: start + len(xb)] - m_safe)
         steps.append(OnlineStep(start, start + len(xb), m, factor, float(l), acc.copy(), weights))
     return steps
+
+
+def softmax_partial(scores, values) -> tuple[float, float]:
+    """The partial result (o, lse) of one set of scores, by a direct softmax.
+
+        o = sum_i e^(x_i - m) v_i / l,   lse = m + log(l),   l = sum_i e^(x_i - m),  m = max x_i.
+
+    Args:
+        scores: (n,) scores of one query, finite or -inf (masked); n may be 0.
+        values: (n,) scalar values.
+
+    Returns:
+        (o, lse) as floats; (0.0, -inf) for an empty or fully masked set (weight 0).
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    m = scores.max(initial=NEG_INF)
+    if m == NEG_INF:
+        return 0.0, NEG_INF
+    p = np.exp(scores - m)
+    l = p.sum()
+    return float(p @ values / l), float(m + np.log(l))
 
 
 def merge_partials(o1, lse1, o2, lse2) -> tuple[np.ndarray, np.ndarray]:

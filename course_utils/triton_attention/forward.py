@@ -28,13 +28,12 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from course_utils._validate import softmax_scale_or_default
+from course_utils.harness.kernel_inputs import check_attention_inputs as _check_inputs
 from course_utils.harness.triton_interpreter import INTERPRETER
 from course_utils.triton_attention.config import FWD_FAMILIES, check_dtype_for, tile_config
 from course_utils.triton_attention.config import family as _family
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * LOG2E)
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 256
 
 
 @triton.jit
@@ -343,52 +342,6 @@ def _tma_possible(q, k, v, out) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Python entry points
 # ---------------------------------------------------------------------------------------------
-
-
-def _check_inputs(q, k, v, causal) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.ndim != 4:
-            raise ValueError(
-                f"{name} must have 4 dimensions (batch, heads, N, d), got shape {tuple(t.shape)}"
-            )
-        if t.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} must be float16, bfloat16 or float32, got {t.dtype}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(
-            f"q, k and v must be on one device, got q on {q.device}, k on {k.device}, "
-            f"v on {v.device}"
-        )
-    if k.shape != v.shape:
-        raise ValueError(
-            "k and v must have the same shape (batch, heads, N_K, d), "
-            f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
-    if q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
-        raise ValueError(
-            "q and k must share batch, heads and d (only N may differ): "
-            f"q has shape {tuple(q.shape)}, k has {tuple(k.shape)}"
-        )
-    d = q.shape[3]
-    if not MIN_HEAD_DIM <= d <= MAX_HEAD_DIM:
-        raise ValueError(
-            f"head dimension d = q.shape[3] must be in {MIN_HEAD_DIM}..{MAX_HEAD_DIM}, got {d}"
-        )
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {causal!r}")
-    if causal and q.shape[2] != k.shape[2]:
-        raise ValueError(
-            "causal=True needs as many queries as keys (query i sees keys 0..i): "
-            f"q has N = {q.shape[2]}, k has N = {k.shape[2]}"
-        )
-    if INTERPRETER:
-        if q.device.type != "cpu":
-            raise ValueError(f"no CUDA GPU: the interpreter needs CPU tensors, got q on {q.device}")
-    elif q.device.type != "cuda":
-        raise ValueError(f"q, k and v must be CUDA tensors on a machine with a GPU, got {q.device}")
 
 
 def output_buffers(

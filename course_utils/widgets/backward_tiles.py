@@ -7,126 +7,45 @@ the tile P_ij from lse_i (dark blue), uses it and discards it (light blue), and 
 the rows dQ_i in HBM (orange): the atomic add. With causal on, tiles above the diagonal are skipped
 (grey, hatched) and the tiles crossing it are masked (their hidden scores grey).
 
-Everything drawn comes from pure functions the tests check: `backward_schedule` (the tiles in
-visit order), `dq_adds` (how many times each dQ_i has been added to), `backward_step_traffic` and
-`backward_counters` (HBM elements moved by each step and up to a step).
+The figure only draws: what it draws comes from references.tiles (`backward_schedule`: the tiles
+in visit order, `dq_adds`: how many times each dQ_i has been added to, `backward_counters` and
+`backward_traffic`: HBM elements moved up to a step and in all).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from course_utils.references.tiles import (
+    MASK,
+    SKIP,
+    _check_sizes,
+    _n_tiles,
+    _span,
+    backward_counters,
+    backward_schedule,
+    backward_traffic,
+    dq_adds,
+    n_backward_steps,
+    tile_kinds,
+)
 from course_utils.widgets._base import LiveFigure
 from course_utils.widgets.tile_grid import (
     BLUE,
     GREEN,
     LIGHT_BLUE,
     MAGENTA,
-    MASK,
     MASKED_GREY,
     ORANGE,
-    SKIP,
     SKIP_GREY,
     YELLOW,
-    HBMCount,
-    Tile,
-    _check_sizes,
     _hex,
-    _n_tiles,
-    _span,
     paint_tiles,
-    tile_kinds,
 )
 
-__all__ = [
-    "backward_counters",
-    "backward_schedule",
-    "backward_step_traffic",
-    "backward_tiles_figure",
-    "backward_traffic",
-    "dq_adds",
-    "n_backward_steps",
-]
+__all__ = ["backward_tiles_figure"]
 
 LIGHT_GREEN = "#c8e6b5"
-
-
-def backward_schedule(N: int, Br: int, Bc: int, causal: bool = False) -> list[Tile]:
-    """The score tiles the FlashAttention-2 backward recomputes, in visit order.
-
-    K/V tile j is one thread block (the outer loop); it visits the query tiles i = 0, 1, ... of its
-    column (the inner loop), leaving out the skipped ones (above the diagonal).
-    """
-    kinds = tile_kinds(N, Br, Bc, causal)
-    return [
-        Tile(i, j, int(kinds[i, j]))
-        for j in range(kinds.shape[1])
-        for i in range(kinds.shape[0])
-        if kinds[i, j] != SKIP
-    ]
-
-
-def n_backward_steps(N: int, Br: int, Bc: int, causal: bool = False) -> int:
-    """Steps of the animation: one per recomputed score tile."""
-    return len(backward_schedule(N, Br, Bc, causal))
-
-
-def dq_adds(step: int, N: int, Br: int, Bc: int, causal: bool = False) -> np.ndarray:
-    """How many times each query tile's dQ_i has been added to after `step` steps.
-
-    Returns:
-        An int array of shape (ceil(N / Br),); at the end, the number of tiles computed in row i.
-    """
-    schedule = backward_schedule(N, Br, Bc, causal)
-    adds = np.zeros(_n_tiles(N, Br), dtype=int)
-    for tile in schedule[: int(min(max(step, 0), len(schedule)))]:
-        adds[tile.i] += 1
-    return adds
-
-
-def backward_step_traffic(
-    N: int, d: int, Br: int, Bc: int, causal: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
-    """HBM elements read and written by each step (tile (i, j)) of the backward pass.
-
-    Each step reads Q_i and dO_i (2 r d), lse_i and D_i (2 r), and reads and writes dQ_i (r d each:
-    the atomic add); the first step of a column reads K_j and V_j (2 c d), the last writes dK_j and
-    dV_j (2 c d). r and c are the tile's rows and keys. The preprocessing D = rowsum(dO o O)
-    (read 2Nd, write N) is left out.
-
-    Returns:
-        (reads, writes): int arrays of shape (n_backward_steps,).
-    """
-    N, Br, Bc, d, _ = _check_sizes(N, Br, Bc, d, causal=causal)
-    schedule = backward_schedule(N, Br, Bc, causal)
-    reads, writes = [], []
-    for t, tile in enumerate(schedule):
-        r0, r1 = _span(tile.i, Br, N)
-        c0, c1 = _span(tile.j, Bc, N)
-        r, c = r1 - r0, c1 - c0
-        first = t == 0 or schedule[t - 1].j != tile.j
-        last = t == len(schedule) - 1 or schedule[t + 1].j != tile.j
-        reads.append(2 * r * d + 2 * r + r * d + (2 * c * d if first else 0))
-        writes.append(r * d + (2 * c * d if last else 0))
-    return np.array(reads, dtype=np.int64), np.array(writes, dtype=np.int64)
-
-
-def backward_counters(
-    step: int, N: int, d: int, Br: int, Bc: int, causal: bool = False
-) -> HBMCount:
-    """HBM elements read and written after the first `step` steps (clipped to 0..n_steps)."""
-    reads, writes = backward_step_traffic(N, d, Br, Bc, causal)
-    step = int(min(max(step, 0), len(reads)))
-    return HBMCount(int(reads[:step].sum()), int(writes[:step].sum()))
-
-
-def backward_traffic(N: int, d: int, Br: int, Bc: int, causal: bool = False) -> int:
-    """HBM elements of the whole backward pass (without the preprocessing of D).
-
-    Without causal: every K/V tile streams all of Q, dO, lse, D and dQ (read and written), so
-    ceil(N / Bc) N (4d + 2), plus K, V read and dK, dV written once, 4Nd.
-    """
-    return backward_counters(10**12, N, d, Br, Bc, causal).total
 
 
 # ---- drawing -------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from course_utils.references.softmax import NEG_INF, merge_partials
+from course_utils.harness.constants import NEG_INF
+from course_utils.references.softmax import merge_partials, softmax_partial
 
 # Eight keys of one query: scores q.k (already scaled) and scalar values.
 DEFAULT_SCORES = np.array([0.4, 1.6, -0.8, 0.9, 2.3, -0.2, 1.2, 0.1])
@@ -65,16 +66,6 @@ class MergeSplitState:
         return abs(self.plain_average - self.full)
 
 
-def _softmax_average(scores: np.ndarray, values: np.ndarray) -> tuple[float, float]:
-    """(o, lse) of one set by a direct softmax; (0, -inf) when it is empty or fully masked."""
-    m = scores.max(initial=NEG_INF)
-    if m == NEG_INF:
-        return 0.0, NEG_INF
-    p = np.exp(scores - m)
-    l = p.sum()
-    return float(p @ values / l), float(m + np.log(l))
-
-
 def merge_split_state(scores=None, values=None, split: int = 4, mask_b: bool = False):
     """The merge of A = keys [0, split) and B = keys [split, n), next to full attention.
 
@@ -99,11 +90,11 @@ def merge_split_state(scores=None, values=None, split: int = 4, mask_b: bool = F
     split = int(split)
     if mask_b:
         scores[split:] = NEG_INF
-    o_a, lse_a = _softmax_average(scores[:split], values[:split])
-    o_b, lse_b = _softmax_average(scores[split:], values[split:])
+    o_a, lse_a = softmax_partial(scores[:split], values[:split])
+    o_b, lse_b = softmax_partial(scores[split:], values[split:])
     merged, lse = merge_partials(o_a, lse_a, o_b, lse_b)
     lse_safe = 0.0 if lse == NEG_INF else float(lse)
-    full, full_lse = _softmax_average(scores, values)
+    full, full_lse = softmax_partial(scores, values)
     key_weights = np.exp(scores - lse_safe) if lse != NEG_INF else np.zeros(n)
     return MergeSplitState(
         split=split,

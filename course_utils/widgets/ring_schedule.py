@@ -9,7 +9,8 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch, Rectangle
 
-from course_utils.references.ring_attention import CAUSAL, FULL, SKIP, ring_schedule
+from course_utils.harness.ring_comm import CAUSAL, FULL, SKIP
+from course_utils.references.ring_attention import ring_schedule
 
 _COLOURS = {FULL: "#4c72b0", CAUSAL: "#dd8452", SKIP: "#eeeeee"}
 

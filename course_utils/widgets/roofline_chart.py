@@ -19,14 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from course_utils.harness.hardware import A100, H100_SXM, H200, Hardware, MiB
 from course_utils.references.roofline import (
-    A100,
-    H100_SXM,
-    H200,
     AttentionRoofline,
     BackwardMemory,
-    Hardware,
-    MiB,
     attention_roofline,
     backward_memory_bytes,
 )

@@ -1,18 +1,24 @@
 """The course package as a graded notebook's kernel sees it: every answer taken out.
 
-While a submission is graded, its kernel imports a copy of course_utils in which every function that
-computes an exercise's answer (the references, the figures' helpers, the checks' own cases, replays
+While a submission is graded, its kernel imports a copy of course_utils in which every function
+that computes an exercise's answer (the references, the figures, the checks' own cases, replays
 and private helpers, the Triton kernels) is a stub that raises ReferenceUnavailable, and whose
-source is not there to read (no `inspect.getsource` then `exec`). What a learner's code may use
-stays whole: the checks' engine (checks/engine: the instrumentation the grader talks to), input
-validation, the CountingMemory of notebook 04, the KeyParts of notebook 02 and notebook 11's
-check_backend (harness), the hardware facts of the roofline module, the Triton skeletons of
-notebooks 06, 08 and 09, the launchers of notebook 06's puzzles and the ring plumbing of notebook 10
-(ring_comm: processes, RingComm, the runner; ring_guard: what a rank may use).
-Names stay importable, so a notebook's imports work and only a call into an answer fails, named
-`calls-reference` by the check.
+source is not there to read (no `inspect.getsource` then `exec`). Names stay importable (a
+stubbed module keeps its imports), so a notebook's imports work and only a call into an answer
+fails, named `calls-reference` by the check.
 
-    build(dest) -> dest/course_utils
+One rule, by folder, so that adding an exercise never touches this file. Copied whole:
+
+    harness/          what a learner's code may use (CountingMemory, the hardware facts, the ring
+                      plumbing, the Triton skeletons and runners, the kernels' input checks)
+    checks/engine/    the instrumentation the grader talks to (cases, watch, wire, remote)
+    every __init__.py, and the package's top-level modules (_validate: input checks;
+                      student_errors: the one-line error of an exercise not written yet)
+
+Everything else is stubbed. No module of those may compute an answer (tests/harness/
+test_student_build.py checks that none imports course_utils.references).
+
+    build(dest, assignment) -> dest/course_utils
 """
 
 from __future__ import annotations
@@ -25,71 +31,18 @@ from graders.authoring.course import REPO
 
 PACKAGE = REPO / "course_utils"
 
-# Modules copied whole: no answer in them.
-WHOLE = {
-    "__init__.py",
-    "_validate.py",
-    "student_errors.py",
-    "checks/__init__.py",
-    # the checks' engine: cases, the instrumentation the grader talks to (watch, wire, remote),
-    # the memory budget's refusal of torch, JAX, ... (no answer in it)
-    "checks/engine/__init__.py",
-    "checks/engine/array_libraries.py",
-    "checks/engine/cases.py",
-    "checks/engine/display.py",
-    "checks/engine/failures.py",
-    "checks/engine/feedback.py",
-    "checks/engine/interpreter_limits.py",
-    "checks/engine/kernels.py",
-    "checks/engine/quizzes.py",
-    "checks/engine/remote.py",
-    "checks/engine/rules.py",
-    "checks/engine/tracing.py",
-    "checks/engine/watch.py",
-    "checks/engine/wire.py",
-    "harness/key_parts.py",  # notebook 02's key sets
-    "harness/capstone_backend.py",  # notebook 11's check_backend, passed to the learner's block
-    "harness/ring_comm.py",
-    "harness/ring_guard.py",  # notebook 10's rank guard: instrumentation, run in the graded kernel
-    "triton_attention/__init__.py",
-    "harness/triton_bounds.py",  # the interpreter's bounds guard (no answer in it)
-    "harness/triton_interpreter.py",  # the interpreter switch, before triton (no answer in it)
-    "harness/triton_learner.py",
-    "harness/decode_learner.py",
-    "harness/triton_puzzles.py",
-    "harness/triton_load_log.py",  # the puzzles' runners record the loads (no answer in it)
-    "harness/triton_learner_backward.py",
-    "widgets/__init__.py",
-}
-# Modules of which only these top-level names (and what they use) are kept; every other name
-# becomes a stub. A module not listed here or in WHOLE keeps no name.
-KEEP = {
-    "references/memory.py": {
-        "CountingMemory",
-        "OnChipMemoryError",
-        "ThreadBlockError",
-        "ArrayTraffic",
-        "STATS_BYTES",
-        "record_loop",
-    },
-    "references/softmax.py": {"NEG_INF"},
-    "references/ring_attention.py": {"SKIP", "FULL", "CAUSAL"},
-    "references/roofline.py": {"Hardware", "A100", "H100_SXM", "H200"},
-    "triton_attention/forward.py": {"_check_inputs"},
-    # notebook 09's skeleton validates its inputs and picks num_splits as the course kernel does
-    "triton_attention/decode.py": {
-        "check_decode_inputs",
-        "choose_num_splits",
-        "pages_per_split",
-        "LOG2E",
-        "MAX_SPLITS",
-        "MIN_ROWS",
-    },
-    "widgets/_base.py": {"LiveFigure"},
-    # notebook 11: the learner's attention block turns a backend's name into the function
-    "references/gpt.py": {"resolve_attention", "attention_label", "BACKENDS"},
-    "references/backward.py": {"naive_attention_torch"},
-}
+# Folders copied whole, relative to the package: no answer in them.
+WHOLE_FOLDERS = ("harness/", "checks/engine/")
+
+
+def copied_whole(rel: str) -> bool:
+    """Whether the module at `rel` (a path relative to the package, "/"-separated) is copied
+    whole into the graded kernel's package; every other module is stubbed."""
+    return (
+        rel.endswith("__init__.py")
+        or "/" not in rel  # the package's top level: __init__, _validate, student_errors
+        or rel.startswith(WHOLE_FOLDERS)
+    )
 
 
 # What an assignment's exercises may call besides (an earlier notebook's answer, allowed there):
@@ -197,11 +150,10 @@ def build(dest: Path, assignment: str | None = None, package: Path = PACKAGE) ->
         rel = path.relative_to(package).as_posix()
         target = out / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        if rel in WHOLE:
+        if copied_whole(rel):
             shutil.copyfile(path, target)
             continue
         module = "course_utils." + rel.removesuffix(".py").replace("/", ".")
-        module = module.removesuffix(".__init__")
-        keep = KEEP.get(rel, set()) | extra.get(rel, set())
+        keep = extra.get(rel, set())
         target.write_text(strip_module(path.read_text(), module, keep))
     return out

@@ -23,7 +23,7 @@ import course_utils as cu
 from course_utils.checks import split_kv as checks
 from course_utils.checks.engine.failures import CheckFailure
 from course_utils.checks.split_kv import exercises as checks_exercises
-from course_utils.widgets.sm_fill import sm_fill_state
+from course_utils.references.sm_fill import sm_fill_state
 
 NEG_INF = -np.inf
 

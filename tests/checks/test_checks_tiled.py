@@ -19,7 +19,7 @@ from course_utils.checks import CheckFailure
 from course_utils.checks import tiled_forward as T
 from course_utils.checks.engine.watch import instrumented_call
 from course_utils.checks.tiled_forward import exercises as T_exercises
-from course_utils.widgets.tile_grid import FULL, MASK, SKIP, tile_kind, tile_kinds
+from course_utils.references.tiles import FULL, MASK, SKIP, tile_kind, tile_kinds
 
 try:  # a learner's forward in torch (the memory budget refuses it); a NumPy-only lab has none
     import torch

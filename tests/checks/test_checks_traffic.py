@@ -20,7 +20,7 @@ from course_utils.checks.engine.failures import CheckFailure
 from course_utils.checks.hbm_traffic import exercises as checks_exercises
 from course_utils.checks.hbm_traffic import loops as checks_loops
 from course_utils.checks.hbm_traffic import replay as checks_replay
-from course_utils.references.memory import CountingMemory, ThreadBlockError
+from course_utils.harness.counting_memory import CountingMemory, ThreadBlockError
 
 
 # ---------------------------------------------------------------------------------------------

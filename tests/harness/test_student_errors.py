@@ -67,7 +67,7 @@ def test_validate_of_an_untouched_notebook_names_the_function(tmp_path):
 
 # ---- issue 39: cells after an exercise stop with one line naming it ------------------------------
 def test_uses_exercises_turns_any_error_into_one_line_naming_the_exercise():
-    from course_utils.references.memory import ThreadBlockError
+    from course_utils.harness.counting_memory import ThreadBlockError
     from course_utils.student_errors import ExerciseNotReady, NotWrittenError, uses_exercises
 
     causes = [
@@ -112,7 +112,7 @@ def _error(cell):
 
 def test_04_demo_cells_after_a_wrong_or_unfinished_exercise_say_so_in_one_line():
     """Issue 39: cell 55 (NameError t_std or a bare AssertionError), cells 30 and 70 (a
-    ThreadBlockError traceback through course_utils/references/memory.py)."""
+    ThreadBlockError traceback through course_utils/harness/counting_memory.py)."""
     wrong = {
         "standard_attention_traffic": "def standard_attention_traffic(N, d):\n    return 4 * N * N",
         "count_flash_forward": (

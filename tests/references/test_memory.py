@@ -15,11 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from course_utils.harness.counting_memory import CountingMemory, OnChipMemoryError, ThreadBlockError
 from course_utils.references.attention import attention_reference
 from course_utils.references.memory import (
-    CountingMemory,
-    OnChipMemoryError,
-    ThreadBlockError,
     causal_flash_attention_traffic,
     causal_tile_count,
     count_flash_attention,

@@ -13,11 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from course_utils.harness.hardware import A100, H100_SXM, H200, Hardware
 from course_utils.references.roofline import (
-    A100,
-    H100_SXM,
-    H200,
-    Hardware,
     arithmetic_intensity,
     at_scale_example,
     attention_flops,

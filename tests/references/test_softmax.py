@@ -664,3 +664,16 @@ def test_merge_does_not_modify_its_inputs():
     merge_partials(o1, lse1, o2, lse2)
     for a, c in zip((o1, lse1, o2, lse2), copies, strict=True):
         np.testing.assert_array_equal(a, c)
+
+
+def test_softmax_partial_is_one_sets_output_and_logsumexp():
+    from course_utils.references.softmax import softmax_partial
+
+    x, v = np.array([0.4, 1.6, -0.8, NEG_INF]), np.array([1.0, 4.0, 2.0, 9.0])
+    o, lse = softmax_partial(x, v)
+    assert o == pytest.approx(float(scipy_softmax(x) @ v)) and lse == pytest.approx(logsumexp(x))
+    assert softmax_partial([], []) == (0.0, NEG_INF)
+    assert softmax_partial([NEG_INF, NEG_INF], [1.0, 2.0]) == (0.0, NEG_INF)
+    # two sets merged: the partial of their union
+    merged = merge_partials(*softmax_partial(x[:2], v[:2]), *softmax_partial(x[2:], v[2:]))
+    assert merged[0] == pytest.approx(o) and merged[1] == pytest.approx(lse)

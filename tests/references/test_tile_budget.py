@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from course_utils.references.roofline import A100, H100_SXM
+from course_utils.harness.hardware import A100, H100_SXM
 from course_utils.references.tile_budget import (
     backward_budget,
     elements_tiles,

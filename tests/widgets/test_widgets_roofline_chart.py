@@ -12,7 +12,7 @@ import base64
 import numpy as np
 import pytest
 
-from course_utils.references.roofline import A100, H100_SXM, H200
+from course_utils.harness.hardware import A100, H100_SXM, H200
 from course_utils.widgets.roofline_chart import (
     HARDWARE,
     N_VALUES,

@@ -60,9 +60,9 @@ from course_utils.checks.engine.failures import MUTATES_INPUT, CheckFailure, Mis
 from course_utils.checks.engine.rules import Rule, bounded_loads_rule, memory_budget, tile_rule
 from course_utils.checks.engine.tracing import TILE_READS
 from course_utils.checks.engine.watch import pick_output
+from course_utils.harness.constants import NEG_INF
 from course_utils.references.attention import attention_reference
 from course_utils.references.backward import softmax_backward
-from course_utils.references.softmax import NEG_INF
 
 
 # ---- inputs are read-only: which one was written, and what to do about lse ---------------------

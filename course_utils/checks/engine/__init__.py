@@ -1,7 +1,7 @@
 """The engine behind every notebook's checks: run cases, compare, name the mistake.
 
 One module per job; nothing here computes an exercise's answer, so the grader copies this folder
-whole into a graded kernel (graders/student_build.py).
+whole into a graded kernel (graders/isolation/student_build.py).
 
     failures            CheckFailure, Mistake, the mistakes of any exercise, misconception_slug
     cases               Case, frozen, run_cases: one pass line or the smallest failing case

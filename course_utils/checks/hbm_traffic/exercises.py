@@ -69,12 +69,8 @@ from course_utils.checks.hbm_traffic.replay import (
     _sizes,
     tile_budget,
 )
-from course_utils.references.memory import (
-    OnChipMemoryError,
-    ThreadBlockError,
-    flash_attention_traffic,
-    standard_attention_traffic,
-)
+from course_utils.harness.counting_memory import OnChipMemoryError, ThreadBlockError
+from course_utils.references.memory import flash_attention_traffic, standard_attention_traffic
 
 # ---- exercise 1: the formulas ----------------------------------------------------------------
 _BYTES = (

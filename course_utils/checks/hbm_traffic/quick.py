@@ -13,11 +13,12 @@ written in the notebook).
 from __future__ import annotations
 
 from course_utils.checks.engine.quizzes import hinted_answer as _hinted
+from course_utils.harness.hardware import H100_SXM, H200
 from course_utils.references.memory import (
     flash_attention_traffic,
     standard_attention_traffic,
 )
-from course_utils.references.roofline import H100_SXM, H200, attention_flops
+from course_utils.references.roofline import attention_flops
 
 
 # ---- quick checks (the expected numbers are computed here, not written in the notebook) ------

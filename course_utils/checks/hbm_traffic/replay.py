@@ -30,12 +30,8 @@ from course_utils.checks.hbm_traffic.loops import (
     COUNT_MISTAKES,
     _ceil_div,
 )
-from course_utils.references.memory import (
-    CountingMemory,
-    OnChipMemoryError,
-    ThreadBlockError,
-    flash_attention_traffic,
-)
+from course_utils.harness.counting_memory import CountingMemory, OnChipMemoryError, ThreadBlockError
+from course_utils.references.memory import flash_attention_traffic
 
 # ---- exercise 2: the loop over a CountingMemory ---------------------------------------------
 NAME = "count_flash_forward"
@@ -287,7 +283,7 @@ def _run_learner(fn: Callable, case: Case, *, strict: bool = True):
     N, d, Br, Bc = _sizes(case)
     M = tile_budget(d, Br, Bc) if strict else None
     if hasattr(fn, "bound_into"):  # a grader's handle: the loop runs in the notebook's kernel
-        runner = fn.bound_into("course_utils.references.memory:record_loop")
+        runner = fn.bound_into("course_utils.harness.counting_memory:record_loop")
         try:
             ops, error = instrumented_call(
                 runner,

@@ -41,8 +41,8 @@ from course_utils.checks.split_kv.mistakes import (
     _mistakes,
     _partials_reference,
 )
-from course_utils.references.roofline import H100_SXM
-from course_utils.widgets.sm_fill import sm_fill_state
+from course_utils.harness.hardware import H100_SXM
+from course_utils.references.sm_fill import sm_fill_state
 
 NEG_INF = -np.inf
 LN = np.log

@@ -51,7 +51,7 @@ from course_utils.checks.tiled_forward.mistakes import (
     _qkv,
     _reference_forward,
 )
-from course_utils.widgets.tile_grid import FULL, MASK, SKIP, tile_kinds
+from course_utils.references.tiles import FULL, MASK, SKIP, tile_kinds
 
 
 # ---- exercise 1: causal_tile_map -------------------------------------------------------------
