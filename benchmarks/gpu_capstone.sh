@@ -26,7 +26,7 @@ tests)
     timeout 420 $PY -m pytest -q -p no:cacheprovider $workers -rs tests/references/test_gpt.py \
         tests/benchmarks/test_benchmark_learner.py tests/checks/test_checks_capstone.py \
         tests/benchmarks/test_learner_solutions.py \
-        tests/checks/test_checks_triton_kernel.py tests/checks/test_checks_triton_puzzles.py \
+        tests/checks/test_checks_triton_forward_kernel.py tests/checks/test_checks_triton_forward_puzzles.py \
         tests/checks/test_checks_triton_backward.py tests/checks/test_checks_flash_decoding.py \
         tests/kernels/test_triton_forward.py \
         2>&1 | tee "$OUT/tests.txt" | tail -40

@@ -1,4 +1,4 @@
-"""Helpers shared by the tests of the learner-facing checks (tests/test_checks_*.py)."""
+"""Helpers shared by the tests of the learner-facing checks (tests/checks/test_checks_*.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Notebook 06's puzzle answers as the solution writes them, and right answers in other styles.
 
-Imported by tests/checks/test_checks_triton_puzzles.py
+Imported by tests/checks/test_checks_triton_forward_puzzles.py
 (after course_utils.triton_attention, which turns
 on the interpreter without a GPU). Each kernel here is what a learner could hand in.
 """
@@ -99,7 +99,7 @@ def row_block_attention_kernel(
 
 
 # ---- the whole forward: kernel and launcher (every K/V tile masked; the solution notebook's
-# kernel loads full tiles without a mask: test_checks_triton_puzzles.py checks both) ---
+# kernel loads full tiles without a mask: test_checks_triton_forward_puzzles.py checks both) ---
 @triton.jit
 def attention_fwd_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, lse_ptr,

@@ -4,7 +4,7 @@ The emulation (checks/triton_forward/emulation.py) replays the skeleton kernel i
 bug at a time: without a bug it is attention, and each bug shows on some case. The skeleton's
 runner (course_utils.harness.triton_learner) launches a learner's @triton.jit step and finalize
 (Triton's interpreter without a GPU). The puzzles' and the whole forward's checks are tested in
-test_checks_triton_puzzles.py.
+test_checks_triton_forward_puzzles.py.
 """
 
 from __future__ import annotations
