@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU is needed for, in one call: the machine and versions, the kernels' GPU tests
-# (forward and backward), then the benchmark (extra arguments go to `python -m benchmarks.attention`,
+# (forward, backward, decode, Hopper), the checks of the Triton notebooks (06, 08, 09, 11) with the
+# learners' kernels compiled for the GPU, then the benchmark (extra arguments go to `python -m benchmarks.attention`,
 # e.g. --backward or --sweep). Logs, the plot, the JSON and the RESULTS.md section land in $OUT
 # (default benchmarks/out).
 #
@@ -24,9 +25,14 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 echo "== GPU tests"
 # Several workers: most of the time is Triton compiling kernels, on the CPU.
 workers=$($PY -c 'import xdist' 2>/dev/null && echo "-n 8")
-timeout 300 $PY -m pytest -q -m gpu -p no:cacheprovider $workers tests/kernels/test_triton_forward.py \
-    tests/kernels/test_triton_backward.py 2>&1 | tee "$OUT/gpu_tests.txt"
+timeout 150 $PY -m pytest -q -m gpu -p no:cacheprovider $workers tests/kernels 2>&1 |
+    tee "$OUT/gpu_tests.txt"
 tests_rc=${PIPESTATUS[0]}
+timeout 280 $PY -m pytest -q -p no:cacheprovider $workers -rs tests/checks/test_checks_triton_forward_kernel.py \
+    tests/checks/test_checks_triton_forward_puzzles.py tests/checks/test_checks_triton_backward.py \
+    tests/checks/test_checks_flash_decoding.py tests/checks/test_checks_capstone.py 2>&1 |
+    tee "$OUT/gpu_checks.txt"
+tests_rc=$((tests_rc || PIPESTATUS[0]))
 
 echo "== benchmark"
 plot="$OUT/attention_fwd.png"

@@ -121,6 +121,26 @@ def measure(fn, calls: int, log, name: str) -> dict:
     return result
 
 
+def profile(fn, calls: int, top: int = 30) -> str:
+    """cProfile of `calls` calls of fn (after one warm-up call): the `top` functions by their own
+    time, so a host-bound path shows which Python work to cache or move out of the call."""
+    import cProfile
+    import io
+    import pstats
+
+    fn()
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        fn()
+    profiler.disable()
+    torch.cuda.synchronize()
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(top)
+    return stream.getvalue()
+
+
 def table(points: list[dict]) -> str:
     """Markdown: one row a point and path, microseconds a call, and whether the host bounds it
     (host enqueue above the graph's GPU time)."""
@@ -146,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both")
     parser.add_argument("--calls", type=int, default=200, help="calls in a row for `host`")
     parser.add_argument("--out", type=Path, default=HERE / "out")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        metavar="CALLS",
+        help="also profile the autograd paths over CALLS calls (cProfile, to DIR/host_profile.txt)",
+    )
     parser.add_argument("--results", type=Path, default=HERE.parent / "docs" / "journal.md")
     args = parser.parse_args(argv)
     if args.calls < 1:
@@ -160,9 +186,16 @@ def main(argv: list[str] | None = None) -> int:
     for d, causal, n, batch, heads in grid(args.d, args.n, causals):
         print(f"d={d} causal={causal} N={n} B={batch} H={heads}", flush=True)
         results = {}
-        for name, fn in paths(d, causal, n, batch, heads).items():
+        point_paths = paths(d, causal, n, batch, heads)
+        for name, fn in point_paths.items():
             if fn is not None:
                 results[name] = measure(fn, args.calls, print, name)
+        if args.profile:
+            args.out.mkdir(parents=True, exist_ok=True)
+            with open(args.out / "host_profile.txt", "a") as f:
+                for name in ("autograd forward", "autograd backward", "flash_attention + grad"):
+                    f.write(f"\n==== d={d} causal={causal} N={n}: {name}\n")
+                    f.write(profile(point_paths[name], args.profile))
         points.append({"d": d, "causal": causal, "n": n, "paths": results})
     text = table(points)
     command = "python -m benchmarks.host_cost " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -26,6 +26,7 @@ import functools
 
 import torch
 
+from course_utils._validate import softmax_scale_or_default
 from course_utils.harness.triton_interpreter import INTERPRETER
 from course_utils.triton_attention.backward import flash_attention_bwd
 from course_utils.triton_attention.forward import _check_inputs, launch_flash_attention_fwd
@@ -79,22 +80,59 @@ def pick_kernel(pass_: str, q, k, v, causal: bool, kernels: str = "auto") -> str
     return "hopper" if takes else "teaching"
 
 
+_PICKED: dict = {}  # (pass_, kernels, _inputs_key(...)) -> pick_kernel's answer, inputs checked
+_MAX_PICKED = 1024
+
+
+def _inputs_key(q, k, v, causal) -> tuple | None:
+    """Everything `_check_inputs` and `pick_kernel` read of the inputs (types, shapes, dtypes,
+    devices, contiguity, causal), or None where one is not a tensor: a shape checked once needs
+    no second check (about 20 us of Python a call at 1k keys, benchmarks/host_cost.py)."""
+    try:
+        return (
+            type(q), type(k), type(v), q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype,
+            q.device, k.device, v.device, q.is_contiguous(), k.is_contiguous(),
+            v.is_contiguous(), type(causal), causal,
+        )  # fmt: skip
+    except (AttributeError, TypeError):
+        return None
+
+
+def _picked(pass_: str, q, k, v, causal, kernels: str) -> str:
+    """pick_kernel(pass_, ...) for inputs that pass `_check_inputs` (ValueError or TypeError
+    naming the argument otherwise), both done once per `_inputs_key`."""
+    key = (pass_, kernels, _inputs_key(q, k, v, causal))
+    kind = _PICKED.get(key) if key[2] is not None else None
+    if kind is None:
+        _check_inputs(q, k, v, causal)  # `pick_kernel` reads shapes and devices of valid tensors
+        kind = pick_kernel(pass_, q, k, v, causal, kernels)
+        if key[2] is not None:
+            if len(_PICKED) >= _MAX_PICKED:
+                _PICKED.clear()
+            _PICKED[key] = kind
+    return kind
+
+
 def _forward(q, k, v, causal, softmax_scale, kernels="auto"):
     """(out, lse) by the kernel `pick_kernel` names for the forward."""
-    _check_inputs(q, k, v, causal)  # `pick_kernel` reads shapes and devices of valid tensors
-    if pick_kernel("forward", q, k, v, causal, kernels) == "hopper":
-        forward_ws = _hopper_module("forward")
-        return forward_ws.flash_attention_fwd_ws(q, k, v, causal, softmax_scale)
+    if _picked("forward", q, k, v, causal, kernels) == "hopper":
+        scale = float(softmax_scale_or_default(softmax_scale, q.shape[3]))
+        return _hopper_module("forward").forward_checked(q, k, v, causal, scale)
     return launch_flash_attention_fwd(q, k, v, causal, softmax_scale)
 
 
 def _backward(dout, q, k, v, out, lse, causal, softmax_scale, kernels="auto"):
-    """(dq, dk, dv) by the kernel `pick_kernel` names for the backward."""
-    if pick_kernel("backward", q, k, v, causal, kernels) == "hopper":
+    """(dq, dk, dv) by the kernel `pick_kernel` names for the backward; q, k, v, out and lse are
+    what `_forward` took and returned."""
+    if _picked("backward", q, k, v, causal, kernels) == "hopper":
         backward_ws = _hopper_module("backward")
+        dout = dout.contiguous()
+        if dout.shape == out.shape and dout.dtype == out.dtype and dout.device == out.device:
+            scale = float(softmax_scale_or_default(softmax_scale, q.shape[3]))
+            return backward_ws.backward_checked(dout, q, k, v, out, lse, causal, scale)
         return backward_ws.flash_attention_bwd_ws(
-            dout.contiguous(), q, k, v, out, lse, causal, softmax_scale
-        )
+            dout, q, k, v, out, lse, causal, softmax_scale
+        )  # refuses dout, naming it
     return flash_attention_bwd(dout, q, k, v, out, lse, causal, softmax_scale)
 
 

@@ -328,7 +328,7 @@ NAIVE_AUTOGRAD = """        scale = ctx.softmax_scale or 1 / math.sqrt(q.shape[-
         return dq, dk, dv, None, None"""
 # the softmax backward written out in torch, no autograd, no kernel
 BY_HAND = """        scale = ctx.softmax_scale or q.shape[-1] ** -0.5
-        p = torch.exp(scale * q @ k.transpose(-1, -2) - lse[..., None])
+        p = torch.exp(scale * q @ k.transpose(-1, -2) - lse[..., None]).to(q.dtype)
         dv = p.transpose(-1, -2) @ dout
         dp = dout @ v.transpose(-1, -2)
         ds = p * (dp - (dout * out).sum(-1, keepdim=True))
@@ -340,7 +340,7 @@ DV_FROM_P = """        dq, dk, _ = learner_backward(
         )
         scale = ctx.softmax_scale or 1 / math.sqrt(q.shape[-1])
         p = torch.exp(scale * torch.einsum("bhid,bhjd->bhij", q, k) - lse.unsqueeze(-1))
-        dv = torch.einsum("bhij,bhid->bhjd", p, dout)
+        dv = torch.einsum("bhij,bhid->bhjd", p.to(dout.dtype), dout)
         return dq, dk, dv, None, None"""
 COURSE_BACKWARD = """        dq, dk, dv = ta.flash_attention_bwd(
             dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale

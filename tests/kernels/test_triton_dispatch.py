@@ -34,9 +34,12 @@ def _fake_hopper(monkeypatch, preferred, supported, calls):
             supported=lambda q, k, v, causal: None if supported else "not this shape",
             flash_attention_fwd_ws=launch,
             flash_attention_bwd_ws=launch,
+            forward_checked=launch,  # what flash_attention calls once it checked a shape
+            backward_checked=launch,
         )
 
     monkeypatch.setattr(autograd, "INTERPRETER", False)
+    monkeypatch.setattr(autograd, "_PICKED", {})  # choices made with the real modules
     monkeypatch.setattr(autograd, "_hopper_module", module)
 
 
@@ -106,3 +109,81 @@ def test_the_autograd_function_keeps_its_signature():
     q, k, v = _qkv()
     out = resolve_attention(ta.FlashAttentionFunction)(q, k, v, True)
     torch.testing.assert_close(out, ta.flash_attention(q, k, v, True))
+
+
+def test_a_checked_shape_still_refuses_bad_inputs():
+    """The choice is cached per shape once the inputs passed the checks; a bad call after a
+    good one still gets the error that names the argument."""
+    q, k, v = _qkv()
+    autograd.flash_attention(q, k, v, True)
+    with pytest.raises(TypeError, match="causal must be True or False"):
+        autograd.flash_attention(q, k, v, 1)
+    with pytest.raises(TypeError, match="share one dtype"):
+        autograd.flash_attention(q, k.half(), v, True)
+    with pytest.raises(TypeError, match="k must be a torch.Tensor"):
+        autograd.flash_attention(q, k.detach().numpy(), v, True)
+
+
+class _FakeJIT:
+    """A stand-in for a @triton.jit kernel: kernel[grid](...) records the call and returns a
+    compiled kernel whose [grid](*args) records direct launches."""
+
+    def __init__(self, direct_fails=False):
+        self.jit_calls, self.direct_calls = [], []
+        self.direct_fails = direct_fails
+
+        def fn(a, b, N, BLOCK: int, FLAG: bool = True):
+            pass
+
+        self.fn = fn
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.jit_calls.append((grid, args, kwargs))
+            return self
+
+        return run
+
+    def compiled(self, grid):
+        def direct(*args):
+            if self.direct_fails:
+                raise TypeError("this Triton launches otherwise")
+            self.direct_calls.append((grid, args))
+
+        return direct
+
+
+def test_launch_cache_compiles_once_then_launches_the_compiled_kernel(monkeypatch):
+    from course_utils.triton_attention import launch
+
+    monkeypatch.setattr(launch, "FAST", True)
+    kernel = _FakeJIT()
+    # kernel[(n,)] is the JIT's launch, returning the kernel itself as the compiled kernel, whose
+    # [(n, 1, 1)] is the direct launch
+    monkeypatch.setattr(_FakeJIT, "__getitem__", lambda self, grid: (
+        (lambda *a, **kw: (self.jit_calls.append((grid, a, kw)), self)[1])
+        if len(grid) == 1 else self.compiled(grid)
+    ))  # fmt: skip
+    cache = launch.LaunchCache(kernel)
+    cache("k1", (4,), ("a", "b", 7), {"BLOCK": 16}, {"num_warps": 4})
+    assert kernel.jit_calls == [((4,), ("a", "b", 7), {"BLOCK": 16, "num_warps": 4})]
+    assert "k1" in cache and "k2" not in cache
+    cache("k1", (4,), ("c", "d", 7), {"BLOCK": 16}, {"num_warps": 4})
+    assert len(kernel.jit_calls) == 1  # no second trip through the JIT
+    assert kernel.direct_calls == [((4, 1, 1), ("c", "d", 7, 16, True))]  # constexprs, defaults
+
+
+def test_launch_cache_falls_back_to_the_jit_when_direct_launches_fail(monkeypatch):
+    from course_utils.triton_attention import launch
+
+    monkeypatch.setattr(launch, "FAST", True)
+    kernel = _FakeJIT(direct_fails=True)
+    monkeypatch.setattr(_FakeJIT, "__getitem__", lambda self, grid: (
+        (lambda *a, **kw: (self.jit_calls.append((grid, a, kw)), self)[1])
+        if len(grid) == 1 else self.compiled(grid)
+    ))  # fmt: skip
+    cache = launch.LaunchCache(kernel)
+    cache("k", (2,), ("a", "b", 3), {"BLOCK": 16}, {})
+    with pytest.warns(RuntimeWarning, match="through the JIT from now on"):
+        cache("k", (2,), ("a", "b", 3), {"BLOCK": 16}, {})
+    assert len(kernel.jit_calls) == 2 and not launch.FAST and "k" not in cache

@@ -35,7 +35,7 @@ def _on_gpu() -> bool:
 
 
 # What the notebook gives the learner to call (the launcher's input checks)
-GIVEN = ("check_attention_inputs",)
+GIVEN = ("check_attention_inputs", "tile_config")  # tile_config: the GPU tiles of a chip
 
 
 def _learner_fn(fn, run):

@@ -58,6 +58,8 @@ This module is the host side (the launch, its options and their measured default
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 from triton.experimental.gluon import language as gl
@@ -76,10 +78,12 @@ from course_utils.triton_attention.hopper.forward_ws import (
     SHARED_LIMIT,
     TensorDescriptor,
     _descriptor,
+    _sm_count,
     descriptor_signature,
     shared_layout,
     supported,
 )
+from course_utils.triton_attention.launch import LaunchCache, descriptor
 
 LOG2E = 1.4426950408889634
 BLOCK_M = 64  # query rows per step (block_m=128 at d = 64: FlashAttention-3's step there)
@@ -143,39 +147,77 @@ def flash_attention_bwd_ws(
     for name, t in (("do", do), ("out", out), ("lse", lse)):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
-    n_k = k.shape[2]
     opts = launch_options(d, causal, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag)
-    num_slots, dq_split, block_m = opts["num_slots"], opts["dq_split"], opts["block_m"]
-    dq_tma, stats_tma, dq_lag = opts["dq_tma"], opts["stats_tma"], opts["dq_lag"]
+    opts["persistent"] = bool(persistent)
     scale = float(softmax_scale_or_default(softmax_scale, d))
-    bh = batch * heads
     if q.numel() == 0:  # no query: out does not depend on q, k, v (as the course backward)
         return tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    delta = torch.empty((batch, heads, n_q), dtype=torch.float32, device=q.device)
-    _attn_bwd_preprocess_kernel[(triton.cdiv(n_q, PREPROCESS_BLOCK_M), bh)](
-        out, do, delta, n_q, HEAD_DIM=d, BLOCK_D=d, BLOCK_M=PREPROCESS_BLOCK_M
-    )  # read 2 N d, write N per head
-    dq32 = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    return launch(do, q, k, v, out, lse, causal, scale, opts)
+
+
+def backward_checked(do, q, k, v, out, lse, causal: bool, scale: float):
+    """(dq, dk, dv) as `flash_attention_bwd_ws` with the default options, for what `autograd`
+    saved and checked once per shape (q, k, v, out contiguous, `supported`, lse its own) and a
+    contiguous do of out's shape and dtype: nothing here repeats a check."""
+    return launch(do, q, k, v, out, lse, causal, scale, _default_options(q.shape[3], causal))
+
+
+@functools.lru_cache(maxsize=16)
+def _default_options(d: int, causal: bool) -> dict:
+    return {**launch_options(d, causal), "persistent": PERSISTENT_DEFAULT}
+
+
+_PREPROCESS = LaunchCache(_attn_bwd_preprocess_kernel)
+_LAUNCHES = LaunchCache(_attn_bwd_ws_kernel)
+
+
+def launch(do, q, k, v, out, lse, causal: bool, scale: float, opts: dict):
+    """The two launches of the backward (D = rowsum(dO * O), then the gradients) over checked
+    inputs, with `launch_options`' opts: the first at a key through the JIT with checked
+    descriptors, later ones straight to the compiled kernels (`launch.LaunchCache`)."""
+    batch, heads, n_q, d = q.shape
+    n_k = k.shape[2]
+    num_slots, dq_split, block_m = opts["num_slots"], opts["dq_split"], opts["block_m"]
+    dq_tma, stats_tma, dq_lag = opts["dq_tma"], opts["stats_tma"], opts["dq_lag"]
+    bh = batch * heads
+    device = q.device
+    delta = torch.empty((batch, heads, n_q), dtype=torch.float32, device=device)
+    aligned = all(t.data_ptr() % 16 == 0 for t in (do, q, k, v, out))
+    grid = (triton.cdiv(n_q, PREPROCESS_BLOCK_M), bh)
+    _PREPROCESS(
+        (q.dtype, device, n_q, bh, d, aligned),
+        grid,
+        (out, do, delta, n_q),
+        {"HEAD_DIM": d, "BLOCK_D": d, "BLOCK_M": PREPROCESS_BLOCK_M},
+        {},
+    )  # fmt: skip  read 2 N d, write N per head
+    dq32 = torch.zeros(q.shape, dtype=torch.float32, device=device)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    _bind_cuda_context(q.device)
-    dq_dst = _dq_descriptor(dq32) if dq_tma else dq32
-    if stats_tma:  # the TMA wants a 16-byte aligned base
-        lse = lse if lse.data_ptr() % 16 == 0 else lse.clone()
-        lse_src, delta_src = _stats_descriptor(lse, block_m), _stats_descriptor(delta, block_m)
+    _bind_cuda_context(device)
+    if stats_tma and lse.data_ptr() % 16:  # the TMA wants a 16-byte aligned base
+        lse = lse.clone()
+    n_tiles = n_k // BLOCK_N * bh
+    # persistent: one program per SM (its shared memory allows no second), tiles in turn
+    programs = min(n_tiles, _sm_count(device)) if opts["persistent"] else n_tiles
+    key = (q.dtype, device, n_q, n_k, bh, programs, causal, tuple(opts.items()), aligned,
+           lse.data_ptr() % 16 == 0)  # fmt: skip
+    checked = not aligned or key not in _LAUNCHES
+    dq_dst = _dq_descriptor(dq32, checked) if dq_tma else dq32
+    if stats_tma:
+        lse_src = _stats_descriptor(lse, block_m, checked)
+        delta_src = _stats_descriptor(delta, block_m, checked)
     else:
         lse_src, delta_src = lse, delta
-    n_tiles = n_k // BLOCK_N * bh
-    if persistent:  # one program per SM (its shared memory allows no second), tiles in turn
-        programs = min(n_tiles, torch.cuda.get_device_properties(q.device).multi_processor_count)
-    else:
-        programs = n_tiles
-    _attn_bwd_ws_kernel[(programs,)](
-        _descriptor(q, block_m), _descriptor(k, BLOCK_N), _descriptor(v, BLOCK_N),
-        _descriptor(do, block_m), dq_dst, dk, dv, lse_src, delta_src, n_q, n_k, bh,
-        scale * LOG2E, scale, CAUSAL=causal, NUM_SLOTS=num_slots, DQ_SPLIT=dq_split,
-        DQ_TMA=dq_tma, STATS_TMA=stats_tma, DQ_LAG=dq_lag, num_warps=4,
-        maxnreg=MAXNREG,
+    args = (
+        _descriptor(q, block_m, checked), _descriptor(k, BLOCK_N, checked),
+        _descriptor(v, BLOCK_N, checked), _descriptor(do, block_m, checked), dq_dst, dk, dv,
+        lse_src, delta_src, n_q, n_k, bh, scale * LOG2E, scale,
     )  # fmt: skip
+    constexprs = {
+        "CAUSAL": causal, "NUM_SLOTS": num_slots, "DQ_SPLIT": dq_split, "DQ_TMA": dq_tma,
+        "STATS_TMA": stats_tma, "DQ_LAG": dq_lag,
+    }  # fmt: skip
+    _LAUNCHES(key, (programs,), args, constexprs, {"num_warps": 4, "maxnreg": MAXNREG})
     dq = torch.empty_like(q)
     torch.mul(dq32, scale, out=dq)  # scaled in fp32, cast as stored: one elementwise kernel
     return dq, dk, dv
@@ -271,18 +313,28 @@ def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
 DQ_COLS = 64  # columns of dQ_i in one product and one reduce-add
 
 
-def _dq_descriptor(dq32: torch.Tensor) -> TensorDescriptor:
-    """A 2-D (B*H*N_Q, d) descriptor over the fp32 dQ, tiles of (64, 64): the reduce-adds'."""
-    flat = dq32.view(-1, dq32.shape[-1])
+def _dq_descriptor(dq32: torch.Tensor, checked: bool = True) -> TensorDescriptor:
+    """A 2-D (B*H*N_Q, d) descriptor over the fp32 dQ, tiles of (64, 64): the reduce-adds'
+    (checked=False: `forward_ws._descriptor`'s)."""
+    d = dq32.shape[-1]
+    flat = dq32.view(-1, d)
     layout = shared_layout((DQ_ROWS, DQ_COLS), gl.float32)
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [DQ_ROWS, DQ_COLS], layout)
+    if checked:
+        return TensorDescriptor(flat, list(flat.shape), [d, 1], [DQ_ROWS, DQ_COLS], layout)
+    block = [DQ_ROWS, DQ_COLS]
+    return descriptor(TensorDescriptor, flat, [flat.shape[0], d], [d, 1], block, layout)
 
 
-def _stats_descriptor(t: torch.Tensor, block_m: int = BLOCK_M) -> TensorDescriptor:
-    """A 1-D (B*H*N_Q,) descriptor over the fp32 lse or D, tiles of block_m: the loader's."""
+def _stats_descriptor(
+    t: torch.Tensor, block_m: int = BLOCK_M, checked: bool = True
+) -> TensorDescriptor:
+    """A 1-D (B*H*N_Q,) descriptor over the fp32 lse or D, tiles of block_m: the loader's
+    (checked=False: `forward_ws._descriptor`'s)."""
     flat = t.view(-1)
     layout = shared_layout((block_m,), gl.float32)
-    return TensorDescriptor(flat, [flat.numel()], [1], [block_m], layout)
+    if checked:
+        return TensorDescriptor(flat, [flat.numel()], [1], [block_m], layout)
+    return descriptor(TensorDescriptor, flat, [flat.numel()], [1], [block_m], layout)
 
 
 def shared_bytes(

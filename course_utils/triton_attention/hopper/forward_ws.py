@@ -51,6 +51,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from course_utils._validate import softmax_scale_or_default
 from course_utils.triton_attention.forward import _bind_cuda_context, _check_inputs, output_buffers
+from course_utils.triton_attention.launch import LaunchCache, descriptor
 
 # Triton 3.9 renamed the TMA copies (3.6, on the lent H200, has only the old names).
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -430,12 +431,16 @@ def shared_layout(block: tuple[int, ...], dtype) -> gl.NVMMASharedLayout:
     return gl.NVMMASharedLayout.get_default_for(list(block), dtype)
 
 
-def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
-    """A 2-D (B*H*N, d) descriptor over a contiguous (B, H, N, d) tensor, tiles of (rows, d)."""
+def _descriptor(t: torch.Tensor, rows: int, checked: bool = True) -> TensorDescriptor:
+    """A 2-D (B*H*N, d) descriptor over a contiguous (B, H, N, d) tensor, tiles of (rows, d);
+    checked=False skips the constructor's checks (`launch.descriptor`: a launch whose first
+    descriptors of this shape were checked, over a 16-byte aligned tensor)."""
     d = t.shape[-1]
     flat = t.view(-1, d)
     layout = shared_layout((rows, d), _GL_DTYPES[t.dtype])
-    return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, d], layout)
+    if checked:
+        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, d], layout)
+    return descriptor(TensorDescriptor, flat, [flat.shape[0], d], [d, 1], [rows, d], layout)
 
 
 def flash_attention_fwd_ws(
@@ -488,19 +493,53 @@ def flash_attention_fwd_ws(
     out, lse = output_buffers(q, out, lse)
     if not out.is_contiguous():
         raise ValueError("out must be contiguous")
-    _bind_cuda_context(q.device)
+    policy = LaunchPolicy(num_slots, bool(persistent), bool(pingpong), per_sm)
+    launch(q, k, v, causal, scale, out, lse, policy)
+    return out, lse
+
+
+def forward_checked(q, k, v, causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse) as `flash_attention_fwd_ws` with `launch_policy`'s launch, for inputs the
+    caller checked (`forward._check_inputs`) and `supported` took: `autograd` calls this once
+    per call after checking a shape once, so nothing here repeats a check."""
+    batch, heads, n_q, d = q.shape
+    out = torch.empty_like(q)
+    lse = torch.empty((batch, heads, n_q), dtype=torch.float32, device=q.device)
+    launch(q, k, v, causal, scale, out, lse, launch_policy(d, n_q, k.shape[2], causal))
+    return out, lse
+
+
+_LAUNCHES = LaunchCache(_attn_fwd_ws_kernel)
+
+
+def launch(q, k, v, causal: bool, scale: float, out, lse, policy: LaunchPolicy) -> None:
+    """One launch of the kernel over checked inputs and buffers (contiguous, `supported`): the
+    first at a key through the JIT with checked descriptors, later ones straight to the compiled
+    kernel (`launch.LaunchCache`). Host cost: about 20 us of Triton's launcher, 4 descriptors."""
+    batch, heads, n_q, d = q.shape
+    n_k = k.shape[2]
+    num_slots, persistent, pingpong, per_sm = policy
+    budget = BUDGETS[per_sm]
+    bn = budget.block_n
+    device = q.device
+    _bind_cuda_context(device)
     tiles = (n_q // BLOCK_M) * batch * heads
     if persistent:
-        tiles = min(tiles, per_sm * _sm_count(q.device))
-    bn = budget.block_n
-    _attn_fwd_ws_kernel[(tiles,)](
-        _descriptor(q, WG_ROWS), _descriptor(k, bn), _descriptor(v, bn),
-        _descriptor(out, WG_ROWS), lse, n_q, n_k, batch * heads, scale * LOG2E,
-        CAUSAL=causal, NUM_SLOTS=num_slots, O_VIA_Q=not own_out_buffer(d, num_slots, per_sm),
-        PINGPONG=bool(pingpong), SOFTMAX_R=budget.softmax_regs, num_warps=4,
-        maxnreg=budget.maxnreg,
+        tiles = min(tiles, per_sm * _sm_count(device))
+    aligned = all(t.data_ptr() % 16 == 0 for t in (q, k, v, out, lse))
+    key = (q.dtype, device, n_q, n_k, batch * heads, tiles, causal, policy, aligned)
+    checked = not aligned or key not in _LAUNCHES
+    descriptors = (
+        _descriptor(q, WG_ROWS, checked), _descriptor(k, bn, checked),
+        _descriptor(v, bn, checked), _descriptor(out, WG_ROWS, checked),
     )  # fmt: skip
-    return out, lse
+    constexprs = {
+        "CAUSAL": causal, "NUM_SLOTS": num_slots,
+        "O_VIA_Q": not own_out_buffer(d, num_slots, per_sm), "PINGPONG": bool(pingpong),
+        "SOFTMAX_R": budget.softmax_regs,
+    }  # fmt: skip
+    args = (*descriptors, lse, n_q, n_k, batch * heads, scale * LOG2E)
+    _LAUNCHES(key, (tiles,), args, constexprs, {"num_warps": 4, "maxnreg": budget.maxnreg})
 
 
 class LaunchPolicy(NamedTuple):
@@ -510,6 +549,7 @@ class LaunchPolicy(NamedTuple):
     programs_per_sm: int = 1  # 2: BUDGETS[2], at d = 64 only
 
 
+@functools.lru_cache(maxsize=256)
 def launch_policy(d: int, n_q: int, n_k: int, causal: bool) -> LaunchPolicy:
     """How to launch at this shape, from the H200 runs in docs/journal.md (Gluon forward
     runs 4 and 6; run 6 timed each variant four times, in rotating order):
