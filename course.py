@@ -433,7 +433,7 @@ def cmd_test(args: list[str]) -> int:
             say("lint failed: run `.venv/bin/ruff format .` and `.venv/bin/ruff check --fix .`")
             return 1
     jobs = os.environ.get("COURSE_TEST_JOBS", str(min(4, os.cpu_count() or 1)))
-    return run([py, "-m", "pytest", "-n", jobs, "--dist", "loadfile", *args])
+    return run([py, "-m", "pytest", "-n", jobs, "--dist", "loadgroup", *args])
 
 
 def cmd_hub(args: list[str]) -> int:

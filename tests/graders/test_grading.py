@@ -171,8 +171,8 @@ def _exclusive(lock: Path):
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     """The class, graded once per test run: the first pytest-xdist worker that needs it grades
-    it, the others wait and read the results (with pytest 9, xdist_group no longer keeps this
-    module's tests on one worker)."""
+    it, the others wait and read the results (xdist_group keeps this module's tests on one
+    worker under `--dist loadgroup`, but not under pytest 9.2 or another --dist)."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # this run's folder, the same for all its workers
