@@ -86,13 +86,16 @@ _MAX_PICKED = 1024
 
 def _inputs_key(q, k, v, causal) -> tuple | None:
     """Everything `_check_inputs` and `pick_kernel` read of the inputs (types, shapes, dtypes,
-    devices, contiguity, causal), or None where one is not a tensor: a shape checked once needs
-    no second check (about 20 us of Python a call at 1k keys, benchmarks/host_cost.py)."""
+    devices, contiguity, causal), or None where one is not a tensor or causal not a bool (those
+    are checked on every call, and refused): a shape checked once needs no second check (about
+    20 us of Python a call at 1k keys, benchmarks/host_cost.py)."""
+    if type(causal) is not bool:
+        return None
     try:
         return (
             type(q), type(k), type(v), q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype,
             q.device, k.device, v.device, q.is_contiguous(), k.is_contiguous(),
-            v.is_contiguous(), type(causal), causal,
+            v.is_contiguous(), causal,
         )  # fmt: skip
     except (AttributeError, TypeError):
         return None

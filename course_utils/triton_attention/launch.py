@@ -15,8 +15,9 @@ compiled kernel the first launch returned, and launches it directly afterwards:
     launches(key, grid, args, constexprs, options)    the first time: kernel[grid](...) through
                                                        the JIT (compiles); then the compiled one
 
-`descriptor(cls, base, shape, strides, block_shape, layout)` builds a tensor descriptor without
-its constructor's checks, for a launch whose first descriptors of the same shape were checked.
+`descriptor(cls, base, shape, strides, block_shape, layout, checked)` builds a tensor descriptor,
+with checked=False without its constructor's checks, for a launch whose first descriptors of the
+same shape were checked.
 
 The direct launch uses the compiled kernel's own `kernel[grid](*args)` (the current stream, the
 launch hooks honoured), so it is as capturable in a CUDA graph as the JIT's. Should a Triton
@@ -83,11 +84,13 @@ class LaunchCache:
         self._runners[key] = (compiled[grid3], tail)
 
 
-def descriptor(cls, base, shape: list, strides: list, block_shape: list, layout):
-    """A `cls` (a Triton or Gluon TensorDescriptor) over `base` without the constructor's checks:
-    for tensors of a shape, dtype and strides that one checked descriptor already took, whose
-    data pointer the caller checked for 16-byte alignment. Fields left out keep the class's
-    defaults (padding "zero", no tf32 rounding)."""
+def descriptor(cls, base, shape: list, strides: list, block_shape: list, layout, checked=True):
+    """cls(base, shape, strides, block_shape, layout), a Triton or Gluon TensorDescriptor; with
+    checked=False without the constructor's checks: for tensors of a shape, dtype and strides
+    that one checked descriptor already took, whose data pointer the caller checked for 16-byte
+    alignment. Fields left out keep the class's defaults (padding "zero", no tf32 rounding)."""
+    if checked:
+        return cls(base, shape, strides, block_shape, layout)
     desc = object.__new__(cls)
     desc.__dict__.update(
         base=base, shape=shape, strides=strides, block_shape=block_shape, layout=layout

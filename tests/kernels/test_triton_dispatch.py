@@ -116,8 +116,9 @@ def test_a_checked_shape_still_refuses_bad_inputs():
     good one still gets the error that names the argument."""
     q, k, v = _qkv()
     autograd.flash_attention(q, k, v, True)
-    with pytest.raises(TypeError, match="causal must be True or False"):
-        autograd.flash_attention(q, k, v, 1)
+    for causal in (1, [True]):  # [True]: not even hashable
+        with pytest.raises(TypeError, match="causal must be True or False"):
+            autograd.flash_attention(q, k, v, causal)
     with pytest.raises(TypeError, match="share one dtype"):
         autograd.flash_attention(q, k.half(), v, True)
     with pytest.raises(TypeError, match="k must be a torch.Tensor"):

@@ -190,7 +190,7 @@ def launch(do, q, k, v, out, lse, causal: bool, scale: float, opts: dict):
         (out, do, delta, n_q),
         {"HEAD_DIM": d, "BLOCK_D": d, "BLOCK_M": PREPROCESS_BLOCK_M},
         {},
-    )  # fmt: skip  read 2 N d, write N per head
+    )  # read 2 N d, write N per head
     dq32 = torch.zeros(q.shape, dtype=torch.float32, device=device)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     _bind_cuda_context(device)
@@ -319,10 +319,8 @@ def _dq_descriptor(dq32: torch.Tensor, checked: bool = True) -> TensorDescriptor
     d = dq32.shape[-1]
     flat = dq32.view(-1, d)
     layout = shared_layout((DQ_ROWS, DQ_COLS), gl.float32)
-    if checked:
-        return TensorDescriptor(flat, list(flat.shape), [d, 1], [DQ_ROWS, DQ_COLS], layout)
     block = [DQ_ROWS, DQ_COLS]
-    return descriptor(TensorDescriptor, flat, [flat.shape[0], d], [d, 1], block, layout)
+    return descriptor(TensorDescriptor, flat, [flat.shape[0], d], [d, 1], block, layout, checked)
 
 
 def _stats_descriptor(
@@ -332,9 +330,7 @@ def _stats_descriptor(
     (checked=False: `forward_ws._descriptor`'s)."""
     flat = t.view(-1)
     layout = shared_layout((block_m,), gl.float32)
-    if checked:
-        return TensorDescriptor(flat, [flat.numel()], [1], [block_m], layout)
-    return descriptor(TensorDescriptor, flat, [flat.numel()], [1], [block_m], layout)
+    return descriptor(TensorDescriptor, flat, [flat.numel()], [1], [block_m], layout, checked)
 
 
 def shared_bytes(

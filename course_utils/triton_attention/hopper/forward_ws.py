@@ -438,9 +438,9 @@ def _descriptor(t: torch.Tensor, rows: int, checked: bool = True) -> TensorDescr
     d = t.shape[-1]
     flat = t.view(-1, d)
     layout = shared_layout((rows, d), _GL_DTYPES[t.dtype])
-    if checked:
-        return TensorDescriptor(flat, list(flat.shape), list(flat.stride()), [rows, d], layout)
-    return descriptor(TensorDescriptor, flat, [flat.shape[0], d], [d, 1], [rows, d], layout)
+    return descriptor(
+        TensorDescriptor, flat, [flat.shape[0], d], [d, 1], [rows, d], layout, checked
+    )
 
 
 def flash_attention_fwd_ws(
