@@ -33,8 +33,10 @@ from __future__ import annotations
 import base64
 import logging
 import shutil
+import socket
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -173,6 +175,26 @@ def _why(exc: BaseException) -> str:
     return f"the grader itself failed twice: {type(exc).__name__}: {first}"[:400]
 
 
+def _answers(address: str, seconds: float = 5.0) -> None:
+    """Raise OSError naming `address` when nothing accepts a TCP connection there for `seconds`
+    (a scheduler still starting gets that long). dask's Client would retry for 30 s before
+    saying so; a mistyped address is one clear line in 5. Other schemes are left to dask."""
+    scheme, _, rest = address.rpartition("://")
+    host, _, port = rest.rpartition(":")
+    if scheme not in ("", "tcp") or not host or not port.isdigit():
+        return
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=seconds):
+                return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                why = exc.strerror or type(exc).__name__
+                raise OSError(f"no dask scheduler answers at {address} ({why})") from None
+            time.sleep(0.25)
+
+
 def run(
     jobs: list[dict],
     *,
@@ -193,6 +215,7 @@ def run(
         client = Client(cluster)
         where = f"a local cluster of {workers} worker{'s' if workers > 1 else ''}"
     else:
+        _answers(scheduler)
         client = Client(scheduler, timeout="30s")
         n = len(client.scheduler_info().get("workers", {}))
         where = f"the cluster at {scheduler} ({n} worker{'s' if n != 1 else ''} now)"

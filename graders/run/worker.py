@@ -26,14 +26,18 @@ import sys
 import time
 from pathlib import Path
 
-from graders.intake.submissions import (
+from graders.run import pipeline
+
+if __name__ == "__main__":  # the grading process: before .submissions imports nbformat (below)
+    pipeline.skip_iri_grammar()
+
+from graders.intake.submissions import (  # noqa: E402
     cause_line,
     find_tampering,
     is_untouched,
     read_submission,
     truncate_outputs,
 )
-from graders.run import pipeline
 
 # nbgrader (through .execute) and course_utils are imported where they are used: the grader's
 # client imports this module for result_path and sha256 alone, and must start fast (grade.py);
@@ -272,7 +276,6 @@ def die_with_parent() -> None:
 
 
 if __name__ == "__main__":
-    pipeline.skip_iri_grammar()
     die_with_parent()
     job = json.loads(sys.argv[1])
     cap_memory(job.get("memory_gb"))

@@ -133,3 +133,20 @@ def test_the_template_key_follows_the_release_and_the_assignments():
     assert key == template.template_key(release, [ASSIGNMENT])
     assert key != template.template_key("0" * 64, [ASSIGNMENT])
     assert key != template.template_key(release, [ASSIGNMENT, "03_tiled_forward"])
+
+
+@pytest.mark.parametrize("program", ["graders.run.worker", "graders"])
+def test_the_graders_processes_do_not_build_the_iri_grammar(program):
+    """Each submission is graded in a process of its own (graders.run.worker): jsonschema's
+    optional IRI checker (rfc3987_syntax, 38 Lark parsers built at import, about 1 s) must not be
+    imported on the way to nbformat. Measured by the interpreter's own import log."""
+    import subprocess
+    import sys
+
+    got = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", program, "--no-such-option"],
+        cwd=pipeline.REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    imported = {line.rsplit("|", 1)[-1].strip() for line in got.stderr.splitlines() if "|" in line}
+    assert "nbformat" in imported, got.stderr[-2000:]  # the program got as far as nbformat
+    assert "lark" not in imported and "rfc3987_syntax.syntax_helpers" not in imported
