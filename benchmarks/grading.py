@@ -66,6 +66,17 @@ def select(spec: str | None) -> list[str]:
     return chosen
 
 
+def _refuse_failed(graded: Path, which: str) -> None:
+    """Stop when a run did not grade (the bank's class has no broken file): a time of notebooks
+    whose kernel never started is not a grading time (a checkout whose .venv the sandbox cannot
+    see fails that way)."""
+    for path in sorted((graded / "results").glob("*/*.json")):
+        res = json.loads(path.read_text(encoding="utf-8"))
+        if res["status"] in ("autograde-failed", "invalid-notebook"):
+            why = (res.get("problems") or [res["status"]])[0]
+            raise SystemExit(f"the {which} checkout did not grade {path.parent.name}: {why}")
+
+
 def make_class(folder: Path, students: int, assignments: list[str] | None = None) -> None:
     for assignment in assignments or pipeline.assignments():
         kinds = bank.core(assignment)  # full, untouched, partial, a named mistake
@@ -232,6 +243,7 @@ def compare_with(
                 cwd=repo, capture_output=True, text=True, check=True,
             )  # fmt: skip
             said = json.loads(got.stdout.strip().splitlines()[-1])
+            _refuse_failed(dest, which)
             times[which].append(said["wall"])
             runs[which].append((dest, said["wall"], said["client_cpu"]))
             print(f"pair {k + 1}: {which:5s} {times[which][-1]:.1f} s", flush=True)
