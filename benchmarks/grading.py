@@ -67,14 +67,14 @@ def select(spec: str | None) -> list[str]:
 
 
 def _refuse_failed(graded: Path, which: str) -> None:
-    """Stop when a run did not grade (the bank's class has no broken file): a time of notebooks
-    whose kernel never started is not a grading time (a checkout whose .venv the sandbox cannot
-    see fails that way)."""
+    """Stop when a timed run did not grade (the bank's classes have no broken file): a time of
+    notebooks whose kernel never started is not a grading time (a missing sandbox, or a checkout
+    whose .venv the sandbox cannot see, fails that way). Every run this module times is checked."""
     for path in sorted((graded / "results").glob("*/*.json")):
         res = json.loads(path.read_text(encoding="utf-8"))
         if res["status"] in ("autograde-failed", "invalid-notebook"):
             why = (res.get("problems") or [res["status"]])[0]
-            raise SystemExit(f"the {which} checkout did not grade {path.parent.name}: {why}")
+            raise SystemExit(f"{which}: {path.parent.name} was not graded: {why}")
 
 
 def make_class(folder: Path, students: int, assignments: list[str] | None = None) -> None:
@@ -97,6 +97,7 @@ def compare(pairs: int, jobs: int, out: str | None, assignments: list[str]) -> i
             dest = work / f"graded-{k}-{'sandbox' if sandbox else 'plain'}"
             grade(work / "one" / "submitted", dest, jobs=jobs, progress=False, sandbox=sandbox)
             times[sandbox].append(time.perf_counter() - t0)
+            _refuse_failed(dest, "with the sandbox" if sandbox else "without the sandbox")
             print(
                 f"pair {k + 1}: {'sandbox   ' if sandbox else 'no sandbox'} "
                 f"{times[sandbox][-1]:.1f} s",
@@ -138,6 +139,7 @@ def compare_class(
             dest = work / f"block-{b}" / ("graded-sandbox" if sandbox else "graded-plain")
             outcome = grade(part, dest, jobs=jobs, progress=False, sandbox=sandbox)
             took = time.perf_counter() - t0
+            _refuse_failed(dest, "with the sandbox" if sandbox else "without the sandbox")
             totals[sandbox] += took
             runs[sandbox].append((dest, took, outcome.client_cpu))
             print(
@@ -243,7 +245,7 @@ def compare_with(
                 cwd=repo, capture_output=True, text=True, check=True,
             )  # fmt: skip
             said = json.loads(got.stdout.strip().splitlines()[-1])
-            _refuse_failed(dest, which)
+            _refuse_failed(dest, f"the {which} checkout")
             times[which].append(said["wall"])
             runs[which].append((dest, said["wall"], said["client_cpu"]))
             print(f"pair {k + 1}: {which:5s} {times[which][-1]:.1f} s", flush=True)
@@ -321,6 +323,7 @@ def versus_nbgrader(
             else:
                 last = work / f"graded-{k}"
                 took, said = _graders(submitted, last, jobs)
+                _refuse_failed(last, "python -m graders grade")
                 print(f"  {said.strip().splitlines()[-1]}", flush=True)
             times[which].append(took)
             print(
@@ -397,10 +400,12 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     grade(work / "one" / "submitted", work / "one-graded", jobs=args.jobs, progress=False, **kw)
     one = time.perf_counter() - t0
+    _refuse_failed(work / "one-graded", "one student")
     make_class(work / "class", args.students, chosen)
     t0 = time.perf_counter()
     outcome = grade(work / "class" / "submitted", work / "class-graded", jobs=args.jobs, **kw)
     whole = time.perf_counter() - t0
+    _refuse_failed(work / "class-graded", "the class")
     print(
         f"\n{platform.node()} · {os.cpu_count()} cores · {args.jobs} jobs · {notebooks} notebooks\n"
         f"one student: {one:.1f} s\n"

@@ -175,7 +175,7 @@ def _why(exc: BaseException) -> str:
     return f"the grader itself failed twice: {type(exc).__name__}: {first}"[:400]
 
 
-def _answers(address: str, seconds: float = 5.0) -> None:
+def _scheduler_answers(address: str, seconds: float = 5.0) -> None:
     """Raise OSError naming `address` when nothing accepts a TCP connection there for `seconds`
     (a scheduler still starting gets that long). dask's Client would retry for 30 s before
     saying so; a mistyped address is one clear line in 5. Other schemes are left to dask."""
@@ -215,7 +215,7 @@ def run(
         client = Client(cluster)
         where = f"a local cluster of {workers} worker{'s' if workers > 1 else ''}"
     else:
-        _answers(scheduler)
+        _scheduler_answers(scheduler)
         client = Client(scheduler, timeout="30s")
         n = len(client.scheduler_info().get("workers", {}))
         where = f"the cluster at {scheduler} ({n} worker{'s' if n != 1 else ''} now)"

@@ -18,3 +18,24 @@ def test_select_ranges_and_lists_by_leading_number():
 def test_select_names_a_bad_list(spec):
     with pytest.raises(SystemExit, match="--notebooks"):
         grading.select(spec)
+
+
+@pytest.mark.notebooks
+def test_a_run_that_did_not_grade_is_never_timed(tmp_path):
+    """A timed run whose notebooks were not graded (here one file that is not a notebook, beside
+    a release handed back unchanged) stops the benchmark, naming the student and the cause."""
+    import shutil
+
+    from graders.grade import grade
+
+    a = "01_online_softmax"
+    release = pipeline.REPO / "notebooks" / a / f"{a}.ipynb"
+    for student in ("ana", "bo"):
+        (tmp_path / "submitted" / student / a).mkdir(parents=True)
+    shutil.copyfile(release, tmp_path / "submitted" / "ana" / a / f"{a}.ipynb")
+    (tmp_path / "submitted" / "bo" / a / f"{a}.ipynb").write_text("not a notebook")
+    grade(tmp_path / "submitted", tmp_path / "graded", jobs=1, progress=False, sandbox=False)
+    with pytest.raises(SystemExit, match="the class: bo was not graded: "):
+        grading._refuse_failed(tmp_path / "graded", "the class")
+    (tmp_path / "graded" / "results" / "bo" / f"{a}.json").unlink()
+    grading._refuse_failed(tmp_path / "graded", "the class")  # an untouched release is graded
