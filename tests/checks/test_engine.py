@@ -42,3 +42,49 @@ def test_no_check_module_passes_800_lines():
     for path in sorted(CHECKS.rglob("*.py")):
         lines = len(path.read_text(encoding="utf-8").splitlines())
         assert lines <= 800, (path.relative_to(CHECKS), lines)
+
+
+def test_memory_the_learner_never_writes_reads_nan():
+    """An output the learner allocates and forgets to fill (a head the kernel skips, the ragged
+    last tile) must fail however the allocator recycles memory: a freed buffer that held the
+    right values once made such a kernel pass on CI. Inside the call np.empty, np.empty_like and
+    torch's empty tensors hold NaN; what the learner writes is untouched; after it, nothing of
+    the switch is left."""
+    import numpy as np
+    import torch
+
+    right = np.linspace(-1.0, 1.0, 4096).reshape(64, 64)
+
+    def learner(x, t):
+        half = np.empty_like(x)
+        half[:32] = x[:32]  # the rows past 32 are never written
+        return half, np.empty((8, 8)), np.empty(4, dtype=np.int64), torch.empty(2, 3, 64)
+
+    import torch.utils.deterministic as deterministic
+
+    before = (np.empty, np.empty_like, torch.are_deterministic_algorithms_enabled(),
+              torch.is_deterministic_algorithms_warn_only_enabled(),
+              deterministic.fill_uninitialized_memory)  # fmt: skip
+    half, fresh, ints, tensor = watch.call_learner(learner, right, torch.ones(1), name="learner")
+    np.testing.assert_array_equal(half[:32], right[:32])
+    assert np.isnan(half[32:]).all() and np.isnan(fresh).all() and torch.isnan(tensor).all()
+    assert ints.dtype == np.int64  # integers have no NaN: left as they come
+    after = (np.empty, np.empty_like, torch.are_deterministic_algorithms_enabled(),
+             torch.is_deterministic_algorithms_warn_only_enabled(),
+             deterministic.fill_uninitialized_memory)  # fmt: skip
+    assert all(a is b for a, b in zip(after, before, strict=True)), (before, after)
+
+
+def test_traced_inputs_keep_their_kind_under_the_nan_fill():
+    """np.empty_like of a Traced input still records the learner's loads of that input."""
+    import numpy as np
+
+    def learner(x):
+        out = np.empty_like(x)
+        for i in range(x.shape[0]):
+            out[i] = 2 * x[i]
+        return out
+
+    report = watch.instrumented_call(learner, (np.arange(6.0),), name="learner", trace=(0,))
+    np.testing.assert_array_equal(report.result, 2 * np.arange(6.0))
+    assert report.loads, "the traced input recorded no load"

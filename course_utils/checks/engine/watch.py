@@ -6,6 +6,9 @@ CallReport: plain data (values, bytes, load counts), which the Rules (engine.rul
     read-only inputs   every array handed to the learner is a read-only copy, so `x -= shift`
                        raises at once and is named `mutates-input`, with the argument;
     a memory budget    the peak of new allocations (tracemalloc sees NumPy's buffers);
+    unwritten memory   np.empty, np.empty_like and torch's empty tensors hold NaN, so an output
+                       the code forgets to write fails even where the allocator hands back a
+                       freed buffer that held the right values (a reference's, a run before);
     traced inputs      Traced arrays (engine.tracing) record which elements the code loads;
     spied helpers      calls of the learner's own helper functions, with their arguments;
     a reference watch  any call into course_utils (references, figures' and checks' helpers)
@@ -274,6 +277,47 @@ def _quiet():
 
 
 @contextlib.contextmanager
+def _unwritten_reads_nan():
+    """While the block runs, new uninitialized float arrays hold NaN: np.empty and np.empty_like
+    (the module's functions, as learners call them) and torch's empty tensors (torch's
+    fill_uninitialized_memory, which works under its deterministic mode; torch is switched only
+    when something imported it already). Restores what was there before."""
+    saved_np = np.empty, np.empty_like
+
+    def poisoned(make):
+        @functools.wraps(make)
+        def made(*args, **kwargs):
+            array = make(*args, **kwargs)
+            if isinstance(array, np.ndarray) and array.dtype.kind in "fc":
+                array.view(np.ndarray).fill(np.nan)  # the buffer, past any subclass's hooks
+            return array
+
+        return made
+
+    torch = sys.modules.get("torch")
+    switch_torch = torch is not None and hasattr(torch, "use_deterministic_algorithms")
+    if switch_torch:
+        import torch.utils.deterministic as deterministic
+
+        was = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+            deterministic.fill_uninitialized_memory,
+        )
+        # warn_only: an op with no deterministic kernel warns (silenced by _quiet), never raises
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        deterministic.fill_uninitialized_memory = True
+    np.empty, np.empty_like = poisoned(saved_np[0]), poisoned(saved_np[1])
+    try:
+        yield
+    finally:
+        np.empty, np.empty_like = saved_np
+        if switch_torch:
+            torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+            deterministic.fill_uninitialized_memory = was[2]
+
+
+@contextlib.contextmanager
 def _spying(fn: Callable, names: tuple[str, ...], calls: dict[str, list]):
     """Record the calls of the learner's own helpers (globals of fn) while the block runs."""
     namespace = getattr(getattr(fn, "__wrapped__", fn), "__globals__", None)
@@ -354,6 +398,7 @@ def instrumented_call(
     try:
         with (
             _quiet(),
+            _unwritten_reads_nan(),
             _spying(fn, spy, report.calls),
             _conversions_keep_tracing() if trace else contextlib.nullcontext(),
             array_libraries_used(fn) if memory else contextlib.nullcontext(()) as libraries,
