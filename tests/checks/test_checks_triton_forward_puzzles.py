@@ -1221,3 +1221,32 @@ def scale_y_stride_x(x_ptr, y_ptr, n_rows, n_cols, stride_x, stride_y, alpha,
 def test_scale_tile_y_stride_of_x_is_named():
     failure = failure_of(TP.check_scale_tile, scale_y_stride_x)
     assert slug_of(failure) == "stride-of-other-tensor", str(failure)
+
+
+def test_the_solution_calls_only_course_code_the_check_allows():
+    """On a GPU the solution's launcher calls tile_config and TileConfig.launch_options, a branch
+    the interpreter never runs. Every course function or method it calls must be one the check
+    lets the learner call (GIVEN), or the reference watch refuses the solution itself as
+    calls-reference: it did on the GPU, for tile_config and later for launch_options."""
+    import ast
+    import inspect
+
+    from course_utils.checks.triton_forward.common import GIVEN
+    from course_utils.triton_attention import config
+
+    def defined(namespace) -> set[str]:
+        return {
+            name
+            for name, f in vars(namespace).items()
+            if inspect.isfunction(f) and f.__module__ == config.__name__
+        }
+
+    course = defined(config) | defined(config.TileConfig) | {check_attention_inputs.__name__}
+    tree = ast.parse(learner_solutions.module_source("06_triton_forward"))
+    called = {
+        c.func.id if isinstance(c.func, ast.Name) else c.func.attr
+        for c in ast.walk(tree)
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Name | ast.Attribute)
+    }
+    assert {"tile_config", "launch_options"} <= called & course, called  # the GPU branch is read
+    assert called & course <= set(GIVEN), called & course - set(GIVEN)

@@ -34,8 +34,9 @@ def _on_gpu() -> bool:
     return not INTERPRETER
 
 
-# What the notebook gives the learner to call (the launcher's input checks)
-GIVEN = ("check_attention_inputs", "tile_config")  # tile_config: the GPU tiles of a chip
+# What the notebook gives the learner to call: the launcher's input checks, and on a GPU the chip's
+# tiles (tile_config) and their launch keywords (TileConfig.launch_options: warps, stages, cap)
+GIVEN = ("check_attention_inputs", "tile_config", "launch_options")
 
 
 def _learner_fn(fn, run):
