@@ -292,14 +292,22 @@ def test_notebook_runs_in_the_browser_and_its_figures_work(lab, browser, assignm
     (lab.root / copy).write_text(text)  # the whole file that was read and parsed above
     page = browser.new_page(viewport={"width": WIDTHS[0], "height": 1000})
     try:
-        _open(page, lab, copy, kernel=False)
+        # ipywidgets' manager rebuilds the views from the saved state only once the notebook's
+        # new kernel is ready (it asks the kernel for its widgets first): wait for the kernel,
+        # then for the pictures (seconds on an idle machine; CI under load once met 30 s)
+        _open(page, lab, copy, kernel=True)
         shown = page.locator(".course-live-figure img.course-picture")
-        # the widget manager rebuilds the views from the saved state once JupyterLab has loaded
-        # it: seconds on an idle machine, more on a loaded 2-core one (CI met 30 s once)
-        deadline = time.time() + 120
+        deadline = time.time() + 90
         while time.time() < deadline and shown.count() < len(figures):
             time.sleep(0.5)
-        assert shown.count() == len(figures), f"{assignment} reopened: {shown.count()} figures"
+        if shown.count() < len(figures):
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / f"reopened-{assignment}.png"), full_page=True)
+        assert shown.count() == len(figures), (
+            f"{assignment} reopened: {shown.count()} of {len(figures)} figures, "
+            f"{page.locator('.course-live-figure').count()} figure boxes, problems "
+            f"{_problems(page)}; screenshot reopened-{assignment}.png"
+        )
         for k in range(shown.count()):
             img = shown.nth(k)
             img.scroll_into_view_if_needed()

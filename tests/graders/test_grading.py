@@ -9,7 +9,6 @@ nbformat 3 and 4.4, outputs and widget state). Student names: 张伟, José, Ana
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import html
 import inspect
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from fixtures import bank
+from fixtures import bank, once
 
 import graders.run.worker
 from graders.grade import grade
@@ -152,58 +151,39 @@ class Graded:
         return self.results[(bank.student_id(entry), entry.assignment)]
 
 
-@contextlib.contextmanager
-def _exclusive(lock: Path):
-    """Hold an exclusive lock on `lock` (POSIX); elsewhere, nothing to hold."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    with open(lock, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """The class, graded once per test run: the first pytest-xdist worker that needs it grades
-    it, the others wait and read the results (xdist_group keeps this module's tests on one
-    worker under `--dist loadgroup`, but not under pytest 9.2 or another --dist)."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # this run's folder, the same for all its workers
-    folder, entries = base / "graded-class", bank.graded_class()
-    done = folder / "graded.json"
-    with _exclusive(base / "graded-class.lock"):
-        if not done.exists():
-            shutil.rmtree(folder, ignore_errors=True)
-            scratch = folder / "jupyter"
-            scratch.mkdir(parents=True)
-            server = JupyterServer(folder / "submitted", scratch)
-            try:
-                bank.write(entries, folder, saver=server.save)
-            finally:
-                server.stop()
-            start = time.perf_counter()
-            grade(
-                folder / "submitted",
-                folder / "graded",
-                jobs=2,
-                timeout=bank.TIMEOUT_FOR_BANK,
-                progress=False,
-                **_sandbox_kw(),
-            )
-            done.write_text(json.dumps({"seconds": time.perf_counter() - start}))
+    """The class, graded once per test run (fixtures.once: the first pytest-xdist worker that
+    needs it grades it, the others wait and read the results)."""
+    entries = bank.graded_class()
+
+    def build(folder: Path) -> None:
+        scratch = folder / "jupyter"
+        scratch.mkdir(parents=True)
+        server = JupyterServer(folder / "submitted", scratch)
+        try:
+            bank.write(entries, folder, saver=server.save)
+        finally:
+            server.stop()
+        start = time.perf_counter()
+        grade(
+            folder / "submitted",
+            folder / "graded",
+            jobs=2,
+            timeout=bank.TIMEOUT_FOR_BANK,
+            progress=False,
+            **_sandbox_kw(),
+        )
+        (folder / "graded.json").write_text(json.dumps({"seconds": time.perf_counter() - start}))
+
+    folder = once.built_once(tmp_path_factory, "graded-class", build)
     out = folder / "graded"
     results = {}
     for path in sorted((out / "results").glob("*/*.json")):
         res = json.loads(path.read_text(encoding="utf-8"))
         results[(res["student"], res["assignment"])] = res
-    return Graded(entries, results, out, folder, json.loads(done.read_text())["seconds"])
+    seconds = json.loads((folder / "graded.json").read_text())["seconds"]
+    return Graded(entries, results, out, folder, seconds)
 
 
 def _class():

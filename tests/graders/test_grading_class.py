@@ -29,7 +29,7 @@ from pathlib import Path
 import classroom
 import nbformat
 import pytest
-from fixtures import bank
+from fixtures import bank, once
 
 from graders.grade import NOT_ROSTERED
 from graders.intake.submissions import IGNORED_FILE
@@ -89,9 +89,19 @@ def _sandbox_flag() -> list[str]:
 
 @pytest.fixture(scope="module")
 def klass(tmp_path_factory):
-    root = tmp_path_factory.mktemp("class")
+    """The class handed in through the exchange and graded, once per test run (fixtures.once:
+    the first pytest-xdist worker that needs it builds it, the others read its files)."""
+    root = once.built_once(tmp_path_factory, "exchange-class", _hand_in_and_grade)
+    out = root / "graded"
+    with open(out / "grades.csv", newline="", encoding="utf-8") as fh:
+        rows = {row["student"]: row for row in csv.DictReader(fh)}
+    config = (root / "nbgrader_config.before.py").read_bytes()
+    return {"root": root, "course": root / "course", "out": out, "rows": rows, "config": config}
+
+
+def _hand_in_and_grade(root: Path) -> None:
     course, exchange = classroom.make_course(root, COURSE)
-    config_before = (course / "nbgrader_config.py").read_bytes()
+    (root / "nbgrader_config.before.py").write_bytes((course / "nbgrader_config.py").read_bytes())
 
     def hand_in(student: str, a: str, nb=None, scratch: bool = False) -> None:
         home = root / "home" / student
@@ -127,9 +137,6 @@ def klass(tmp_path_factory):
         cmd, cwd=pipeline.REPO, env=env, capture_output=True, text=True, timeout=1200
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    with open(out / "grades.csv", newline="", encoding="utf-8") as fh:
-        rows = {row["student"]: row for row in csv.DictReader(fh)}
-    return {"root": root, "course": course, "out": out, "rows": rows, "config": config_before}
 
 
 EXPECTED = {  # student: (score of 01, 03, 05) with None for missing

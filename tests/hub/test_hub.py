@@ -33,7 +33,7 @@ import time
 
 import pytest
 from checkhelp import CHROMIUM_FLAGS
-from fixtures import bank
+from fixtures import bank, once
 
 from graders.run import pipeline
 from hub import launch, rehearsal
@@ -212,12 +212,23 @@ def _shots_on_failure(pages: dict):
 
 # --- the class ----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def klass():
+def klass(tmp_path_factory):
+    """The class, run once per test run (fixtures.once: the first pytest-xdist worker that needs
+    it runs it, the others read what it kept): record.json, the graded results and the autograded
+    notebooks, copied before the hub and its users are removed."""
+    folder = once.built_once(tmp_path_factory, "hub-class", _run_class)
+    got = json.loads((folder / "record.json").read_text(encoding="utf-8"))
+    for key in ("want", "validate", "feedback"):  # "student/assignment" -> (student, assignment)
+        got[key] = {tuple(k.split("/")): v for k, v in got[key].items()}
+    return {**got, "folder": folder}
+
+
+def _run_class(folder) -> None:
     from playwright.sync_api import sync_playwright
 
     hub = rehearsal.Hub(["right", "partly", "nosy"]).start()
     right, partly, nosy = hub.students
-    got: dict = {"hub": hub, "validate": {}, "times": {}}
+    got: dict = {"students": hub.students, "validate": {}, "times": {}}
     try:
         t0 = time.perf_counter()
         hub.release(A1)
@@ -255,7 +266,7 @@ def klass():
             page, token = pages[right], hub.user_token(right)
             answer(hub, right, token, A5, _solved(A5))
             submit(page, A5)
-            got["out"] = hub.grade(A1, A5)
+            out = hub.grade(A1, A5)
             got["times"]["graded"] = time.perf_counter() - t0
             got["feedback"] = {}
             for name, work in plan.items():
@@ -270,7 +281,16 @@ def klass():
         os.chmod(hub.settings["exchange"], 0o777)
         os.chmod(hub.home(right), 0o755)
         got["loose_leaks"] = peek(hub, nosy, [right, partly])
-        yield got
+        got["home_right"] = str(hub.home(right))
+        # what the tests read, kept before stop() removes the hub's folders and users
+        shutil.copytree(out / "results", folder / "results")
+        for student, a in got["want"]:
+            graded = hub.course / "autograded" / student / a / f"{a}.ipynb"
+            (folder / "autograded" / student).mkdir(parents=True, exist_ok=True)
+            shutil.copy(graded, folder / "autograded" / student / f"{a}.ipynb")
+        for key in ("want", "validate", "feedback"):
+            got[key] = {f"{s}/{a}": v for (s, a), v in got[key].items()}
+        (folder / "record.json").write_text(json.dumps(got), encoding="utf-8")
     finally:
         if os.environ.get("COURSE_HUB_LOG"):
             shutil.copy(hub.dir / "hub.log", os.environ["COURSE_HUB_LOG"])
@@ -278,7 +298,7 @@ def klass():
 
 
 def _result(klass, student: str, a: str) -> dict:
-    return json.loads((klass["out"] / "results" / student / f"{a}.json").read_text())
+    return json.loads((klass["folder"] / "results" / student / f"{a}.json").read_text())
 
 
 def test_every_score_is_what_the_answers_earn(klass):
@@ -287,27 +307,26 @@ def test_every_score_is_what_the_answers_earn(klass):
         assert res["status"] == "graded", (student, a, res.get("problems"))
         assert res["score"] == pytest.approx(want), (student, a)
         assert res["max_score"] == _total(a)
-    partly = klass["hub"].students[1]
+    partly = klass["students"][1]
     assert 0 < klass["want"][(partly, A1)] < _total(A1)
 
 
 def test_the_late_resubmission_replaced_the_first(klass):
-    right = klass["hub"].students[0]
+    right = klass["students"][0]
     assert _result(klass, right, A5)["score"] == _total(A5)
 
 
 def test_validate_ran_in_the_students_lab(klass):
-    right, partly, _ = klass["hub"].students
+    right, partly, _ = klass["students"]
     assert "Success" in klass["validate"][(right, A1)], klass["validate"][(right, A1)]
     assert "Success" not in klass["validate"][(partly, A1)]
 
 
 def test_each_student_sees_their_score_and_the_checks_messages(klass):
-    hub = klass["hub"]
     for (student, a), want in klass["want"].items():
         text = " ".join(klass["feedback"][(student, a)].split())
         assert f"{a} (Score: {want:.1f} / {_total(a):.1f})" in text, (student, a, text[:300])
-        graded = json.loads((hub.course / "autograded" / student / a / f"{a}.ipynb").read_text())
+        graded = json.loads((klass["folder"] / "autograded" / student / f"{a}.ipynb").read_text())
         said = [
             line.strip()
             for c in graded["cells"]
@@ -324,7 +343,7 @@ def test_each_student_sees_their_score_and_the_checks_messages(klass):
 def test_a_third_student_cannot_reach_the_others_work(klass):
     assert klass["leaks"] == []
     assert klass["inbound_mode"] & 0o004 == 0  # what nbgrader sets, kept
-    right, partly, nosy = klass["hub"].students
+    right, partly, nosy = klass["students"]
     seen = klass["nosy_list"]
     assert seen["success"], seen
     assert {a["assignment_id"] for a in seen["value"]} == {A1, A5}
@@ -336,5 +355,5 @@ def test_the_privacy_check_finds_a_loosened_exchange(klass):
     leaks = klass["loose_leaks"]
     assert any(leak.startswith("listed inbound") for leak in leaks), leaks
     assert "renamed the course's exchange folder" in leaks, leaks
-    home = klass["hub"].home(klass["hub"].students[0])
+    home = klass["home_right"]
     assert any(leak.startswith(f"read {home}/") for leak in leaks), leaks
