@@ -208,19 +208,30 @@ def run_attention_fwd(
     summary = loads.summary()
     if launches is not None:  # counted on a GPU too
         summary["of_kernel"], summary["counted"] = launches[0], True
+        summary["tiles"] = launches[1] if len(launches) > 1 else None
     return out, lse, summary
 
 
-# The wrapper below runs under the learner's launcher: instrumentation, not a course function
+# The wrappers below run under the learner's launcher: instrumentation, not a course function
 # the learner calls (see checks.engine.watch._frame_kind)
-INSTRUMENTS = ("counted_run",)
+INSTRUMENTS = ("counted_run", "_tiles_of")
+
+
+def _tiles_of(kernel, args, kwargs) -> list[int] | None:
+    """[BLOCK_M, BLOCK_N] of one launch of the learner's kernel (by the notebook's parameter
+    names, given by keyword or by position), or None when it has no such pair of ints."""
+    given = dict(zip(getattr(kernel, "arg_names", ()), args, strict=False)) | kwargs
+    bm, bn = given.get("BLOCK_M"), given.get("BLOCK_N")  # no comprehension: a frame of its own
+    if type(bm) is int and type(bn) is int and bm > 0 and bn > 0:
+        return [bm, bn]
+    return None
 
 
 @contextlib.contextmanager
 def _counting(kernel):
     """Count the launches of the learner's @triton.jit kernel (kernel[grid](...) calls its
-    run) while the block runs, compiled or interpreted; yields [count], or None when kernel is
-    not a Triton kernel."""
+    run) while the block runs, compiled or interpreted; yields [count] (then [count, tiles of
+    the first launch] once it launched), or None when kernel is not a Triton kernel."""
     run = getattr(kernel, "run", None)
     if not callable(run) or not hasattr(kernel, "__dict__"):
         yield None
@@ -229,6 +240,8 @@ def _counting(kernel):
 
     def counted_run(*args, **kwargs):
         count[0] += 1
+        if len(count) == 1:  # the first launch's tiles, for the diagnosis's replays
+            count.append(_tiles_of(kernel, args, kwargs))
         return run(*args, **kwargs)
 
     kernel.run = counted_run

@@ -1250,3 +1250,42 @@ def test_the_solution_calls_only_course_code_the_check_allows():
     }
     assert {"tile_config", "launch_options"} <= called & course, called  # the GPU branch is read
     assert called & course <= set(GIVEN), called & course - set(GIVEN)
+
+
+def test_the_harness_sees_the_tiles_of_the_learners_launch():
+    """run_attention_fwd reports BLOCK_M and BLOCK_N of the first launch of the learner's kernel
+    (triton06_answers launches 64 x 64 tiles in the interpreter, by keyword)."""
+    from course_utils.harness.triton_puzzles import run_attention_fwd
+
+    gen = torch.Generator().manual_seed(0)
+    device = "cpu" if ta.INTERPRETER else "cuda"
+    q, k, v = (torch.randn(1, 2, 40, 16, generator=gen).to(device) for _ in range(3))
+    _, _, summary = run_attention_fwd(A.attention_fwd, q, k, v, False, 0.25, "contiguous", False)
+    if ta.INTERPRETER:
+        want = [64, 64]
+    else:
+        want = list(ta.tile_config(torch.cuda.get_device_capability(), 16, q.dtype)[:2])
+    assert summary["of_kernel"] == 1 and summary["tiles"] == want, summary
+
+
+def test_a_wrong_answer_is_replayed_with_its_own_tiles_only():
+    """With the learner's tiles known, each mistake is replayed with them alone (on a GPU's cases
+    the 16 tile pairs took 30 s and more for an answer no replay matched); unknown, with all."""
+    import numpy as np
+
+    from course_utils.checks.engine.failures import Mistake
+
+    seen = []
+
+    def replay(q, k, v, causal, scale, bm, bn, empty):
+        seen.append((bm, bn))
+        return np.zeros(q.shape), np.zeros(q.shape[:3])
+
+    mistake = Mistake("probe", "a replay that records its tiles", "", replay)
+    q = np.ones((1, 1, 8, 16))
+    args, expected = (q, q, q, False, 0.25), np.full(q.shape, 2.0)
+    for tiles, want in (([64, 32], {(64, 32)}), (None, set(TF._TILES))):
+        seen.clear()
+        TF._forward_diagnose(0, expected, args, expected, [mistake], 1e-5, 1e-3, slice(None),
+                             None, "", tiles)  # fmt: skip
+        assert set(seen) == want, (tiles, sorted(set(seen)))

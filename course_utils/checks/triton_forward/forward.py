@@ -423,14 +423,21 @@ EMPTY_KEYS = Mistake(
 _TILES = [(bm, bn) for bm in (32, 64, 16, 128) for bn in (16, 32, 64, 128)]
 
 
-def _forward_diagnose(which, yours, args, expected, mistakes, tol, match_tol, rows, other, source):
+def _forward_diagnose(
+    which, yours, args, expected, mistakes, tol, match_tol, rows, other, source, tiles=None
+):
     """The mistake whose replay matches output `which` (0: out, 1: lse); ties go to the replay
-    whose other output is nearest the learner's (`other`), then to what `source` shows."""
+    whose other output is nearest the learner's (`other`), then to what `source` shows.
+
+    tiles: (BLOCK_M, BLOCK_N) of the learner's launch when the harness saw it: each mistake is
+    replayed with those tiles only (the computation the kernel did), not with all 16 pairs of
+    _TILES, which on a GPU's cases took 30 s and more for an answer no replay matched."""
+    shapes = [tuple(tiles)] if tiles else _TILES
 
     def replays():
         for mistake in mistakes:
             q, k, v, causal, scale = args
-            for bm, bn in _TILES:
+            for bm, bn in shapes:
                 for empty in ("nan", "zero"):
                     both = mistake.fn(q, k, v, causal, scale, bm, bn, empty=empty)
                     theirs = both[which][:, :, rows]
@@ -625,8 +632,9 @@ def _check_attention_fwd(name, attention_fwd, seed, trials) -> tuple[int, bool]:
             else:
                 other = yours[1 - which][:, :, rows]
                 mistake = _forward_diagnose(
-                    which, y, args, e, mistakes, tol, match_tol, rows, other, source
-                )
+                    which, y, args, e, mistakes, tol, match_tol, rows, other, source,
+                    loads.get("tiles"),
+                )  # fmt: skip
             if mistake is None and which == 0 and case.batch * case.heads > 1:
                 mistake = _offsets_diagnose(y, e, tol)
             raise CheckFailure(_forward_failure(name, stages, case, what, y, e, err, tol, mistake))
