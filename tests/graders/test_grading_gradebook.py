@@ -1,14 +1,15 @@
 """The grader's verdicts in nbgrader's gradebook, read back by nbgrader itself, and the LMS files.
 
-One real grading run (module scope; `python -m graders grade --course-dir ... --export ...` in a
-subprocess) grades a small class into a fresh course directory: ana (the full solution of
-01_online_softmax and 02_merge_partials), 张伟 (a partial answer to both) and bo (a file that is
-not a notebook, for 01). The submissions are laid out as `nbgrader collect` leaves them, with
-timestamp.txt and submission_secret.txt. Then nbgrader's own `nbgrader export`,
+One real grading run (once per test run, fixtures.once; `python -m graders grade --course-dir ...
+--export ...` in a subprocess) grades a small class into a fresh course directory: ana (the full
+solution of 01_online_softmax and 02_merge_partials), 张伟 (a partial answer to both) and bo (a
+file that is not a notebook, for 01). The submissions are laid out as `nbgrader collect` leaves
+them, with timestamp.txt and submission_secret.txt. Then nbgrader's own `nbgrader export`,
 `generate_feedback` and `release_feedback` run in that course directory, with the
-nbgrader_config.py the grader wrote there, and must find what the grader recorded. The last test
+nbgrader_config.py the grader wrote there, and must find what the grader recorded. One test
 sets a manual score in the gradebook, grades notebook 01 again with --regrade, and checks that the
-manual score and the total that includes it survive.
+manual score and the total that includes it survive. The tests that change the course (feedback,
+the manual score) work on a copy of their own, so the tests can run in any order, on any worker.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import warnings
 from pathlib import Path
 
 import pytest
-from fixtures import bank
+from fixtures import bank, once
 
 from graders.outputs import exports
 from graders.run import pipeline
@@ -32,7 +34,7 @@ FULL, PARTIAL, BROKEN = "ana", "张伟", "bo"
 
 pytestmark = [
     pytest.mark.notebooks,
-    pytest.mark.xdist_group("gradebook"),  # one worker grades the class once, tests in order
+    pytest.mark.xdist_group("gradebook"),
     pytest.mark.skipif(
         not {A1, A2} <= set(pipeline.assignments()), reason="notebooks 01 and 02 needed"
     ),
@@ -85,9 +87,8 @@ def _results(out: Path) -> dict[tuple[str, str], dict]:
     return found
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("gradebook")
+def _grade_class(root: Path) -> None:
+    """The class of the module doc, graded into root/course, root/graded."""
     entries = []
     for a in (A1, A2):
         kinds = {e.name.split(":")[0]: e for e in bank.core(a)}
@@ -101,23 +102,49 @@ def graded(tmp_path_factory) -> dict:
     secrets = {}
     for folder in (root / "submitted").glob("*/*"):  # what nbgrader collect leaves beside it
         (folder / "timestamp.txt").write_text("2026-12-01 10:00:00.000000 UTC")
-        secrets[(folder.parent.name, folder.name)] = f"secret-{folder.parent.name}-{folder.name}"
-        (folder / "submission_secret.txt").write_text(secrets[(folder.parent.name, folder.name)])
+        secrets[f"{folder.parent.name}/{folder.name}"] = (
+            f"secret-{folder.parent.name}-{folder.name}"
+        )
+        (folder / "submission_secret.txt").write_text(
+            secrets[f"{folder.parent.name}/{folder.name}"]
+        )
     (root / "roster.csv").write_text(ROSTER, encoding="utf-8")
     proc = _grade_cli(
         root, "--export", "canvas", "--export", "moodle", "--roster", str(root / "roster.csv")
     )
+    (root / "secrets.json").write_text(json.dumps(secrets), encoding="utf-8")
+    (root / "stdout.txt").write_text(proc.stdout, encoding="utf-8")
+
+
+def _read_class(root: Path) -> dict:
     out = root / "graded"
     grades = {row["student"]: row for row in csv.DictReader(open(out / "grades.csv"))}
+    secrets = json.loads((root / "secrets.json").read_text(encoding="utf-8"))
     return {
         "root": root,
         "out": out,
         "course": root / "course",
         "grades": grades,
         "results": _results(out),
-        "secrets": secrets,
-        "stdout": proc.stdout,
+        "secrets": {tuple(k.split("/")): v for k, v in secrets.items()},
+        "stdout": (root / "stdout.txt").read_text(encoding="utf-8"),
     }
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> dict:
+    """The class, graded once per test run (fixtures.once: the first pytest-xdist worker that
+    needs it grades it, the others read it). Tests that change the course work on a copy
+    (`own_copy`), so the others always read the class as graded."""
+    return _read_class(once.built_once(tmp_path_factory, "gradebook-class", _grade_class))
+
+
+@pytest.fixture
+def own_copy(graded, tmp_path) -> dict:
+    """A copy of the graded class for a test that changes it (feedback, a manual score)."""
+    root = tmp_path / "class"
+    shutil.copytree(graded["root"], root, symlinks=True, ignore=shutil.ignore_patterns(".built"))
+    return _read_class(root)
 
 
 def _gradebook(course: Path):
@@ -227,9 +254,10 @@ def test_formgrader_lists_every_submission_as_autograded(graded):
     assert cells[PARTIAL]["failed_tests"] and not cells[FULL]["failed_tests"]
 
 
-def test_feedback_is_generated_and_released_through_the_exchange(graded):
+def test_feedback_is_generated_and_released_through_the_exchange(own_copy):
     from nbgrader.utils import notebook_hash
 
+    graded = own_copy
     course, exchange = graded["course"], graded["root"] / "exchange"
     _nbgrader(course, "generate_feedback", A1, "--force")
     for student in (FULL, PARTIAL, BROKEN):
@@ -287,8 +315,9 @@ def test_moodle_file_has_identifiers_grades_and_feedback(graded):
 # ------------------------------------------------------------------- an instructor's hand
 
 
-def test_a_manual_score_survives_a_regrade(graded):
+def test_a_manual_score_survives_a_regrade(own_copy):
     """Set a manual score on a cell 张伟 failed; grade 01 again: it stays, and counts."""
+    graded = own_copy
     course, out = graded["course"], graded["out"]
     res = graded["results"][(PARTIAL, A1)]
     failed = next(g for g, c in res["cells"].items() if c["score"] == 0)
