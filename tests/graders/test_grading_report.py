@@ -17,7 +17,6 @@ import copy
 import csv
 import importlib.util
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -27,7 +26,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
-from fixtures import bank
+from fixtures import bank, once
 
 from graders.outputs import misconceptions, report_html
 from graders.outputs.report import write_outputs
@@ -311,27 +310,17 @@ def _entries() -> list[bank.Entry]:
 def real_class(tmp_path_factory):
     """The class graded once per test run with `python -m graders grade` (no sandbox: it is not
     what is tested here); under pytest-xdist the first worker that needs it grades it and the
-    others wait for it (a lock in the run's folder)."""
-    import fcntl
+    others read it (fixtures.once)."""
 
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # this run's folder, the same for all its workers
-    folder = base / "report-class"
-    out = folder / "graded"
-    with open(base / "report-class.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "report.html").is_file():
-            shutil.rmtree(folder, ignore_errors=True)
-            bank.write(_entries(), folder)
-            cmd = [sys.executable, "-m", "graders", "grade", str(folder / "submitted")]
-            cmd += ["--out", str(out), "--jobs", "2", "--timeout", str(bank.TIMEOUT_FOR_BANK)]
-            cmd += ["--unsafe-no-sandbox"]
-            proc = subprocess.run(
-                cmd, cwd=pipeline.REPO, capture_output=True, text=True, timeout=1200
-            )
-            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        fcntl.flock(lock, fcntl.LOCK_UN)
+    def build(folder: Path) -> None:
+        bank.write(_entries(), folder)
+        cmd = [sys.executable, "-m", "graders", "grade", str(folder / "submitted")]
+        cmd += ["--out", str(folder / "graded"), "--jobs", "2"]
+        cmd += ["--timeout", str(bank.TIMEOUT_FOR_BANK), "--unsafe-no-sandbox"]
+        proc = subprocess.run(cmd, cwd=pipeline.REPO, capture_output=True, text=True, timeout=1200)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    out = once.built_once(tmp_path_factory, "report-class", build) / "graded"
     results = [
         json.loads(p.read_text(encoding="utf-8")) for p in sorted(out.glob("results/*/*.json"))
     ]
