@@ -88,3 +88,20 @@ def test_traced_inputs_keep_their_kind_under_the_nan_fill():
     report = watch.instrumented_call(learner, (np.arange(6.0),), name="learner", trace=(0,))
     np.testing.assert_array_equal(report.result, 2 * np.arange(6.0))
     assert report.loads, "the traced input recorded no load"
+
+
+def test_the_nan_fill_costs_no_compiler_import():
+    """torch.use_deterministic_algorithms imports torch._inductor (about 1 s, once per process:
+    every student's first check, every graded notebook's kernel); the fill needs only the switch
+    it sets, so a learner's call must leave torch._inductor unimported."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from course_utils.checks.engine.watch import call_learner\n"
+        "out = call_learner(lambda: torch.empty(4), name='f')\n"
+        "print(bool(torch.isnan(out).all()), 'torch._inductor' in sys.modules)\n"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert got.stdout.split() == ["True", "False"], got.stdout + got.stderr

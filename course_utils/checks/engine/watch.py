@@ -304,8 +304,12 @@ def _unwritten_reads_nan():
             torch.is_deterministic_algorithms_warn_only_enabled(),
             deterministic.fill_uninitialized_memory,
         )
-        # warn_only: an op with no deterministic kernel warns (silenced by _quiet), never raises
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        # warn_only: an op with no deterministic kernel warns (silenced by _quiet), never raises.
+        # The C switch itself: torch.use_deterministic_algorithms also imports torch._inductor
+        # (1 s, once per process) to set a compiler flag that the fill does not read.
+        switch = getattr(torch._C, "_set_deterministic_algorithms", None)
+        switch = switch or torch.use_deterministic_algorithms
+        switch(True, warn_only=True)
         deterministic.fill_uninitialized_memory = True
     np.empty, np.empty_like = poisoned(saved_np[0]), poisoned(saved_np[1])
     try:
@@ -313,7 +317,7 @@ def _unwritten_reads_nan():
     finally:
         np.empty, np.empty_like = saved_np
         if switch_torch:
-            torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+            switch(was[0], warn_only=was[1])
             deterministic.fill_uninitialized_memory = was[2]
 
 
