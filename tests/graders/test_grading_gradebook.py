@@ -143,7 +143,7 @@ def graded(tmp_path_factory) -> dict:
 def own_copy(graded, tmp_path) -> dict:
     """A copy of the graded class for a test that changes it (feedback, a manual score)."""
     root = tmp_path / "class"
-    shutil.copytree(graded["root"], root, symlinks=True, ignore=shutil.ignore_patterns(".built"))
+    shutil.copytree(graded["root"], root, symlinks=True, ignore=shutil.ignore_patterns(once.DONE))
     return _read_class(root)
 
 
