@@ -2,14 +2,14 @@
 
     for result, feedback_html in run(tasks, scheduler=None, workers=2, progress=True): ...
 
-Each task is `grade_task(job)`: it runs on a dask worker, grades one notebook there with
-`python -m graders.run.worker` in a subprocess of its own (nbgrader, the sandboxed kernel; see
-graders/run/worker.py) inside a scratch folder local to the worker, and returns the result, the
-feedback page and the autograded notebook (result["autograded_notebook"], for the instructor's
-gradebook: graders/outputs/gradebook.py) to the client. Nothing a worker does writes into the output
-folder: the client alone writes grades, feedback, the report, the gradebook and the cache
-(graders/grade.py), so a worker needs no view of it, and a student's code, run on the worker
-inside the sandbox, cannot reach it either.
+Each task is `grade_task(job)`: it runs on a dask worker, grades one notebook there in a process of
+its own (nbgrader, the sandboxed kernel; forked from a server that imported them once, or `python
+-m graders.run.worker` in a daemonic worker; see graders/run/worker.py) inside a scratch folder
+local to the worker, and returns the result, the feedback page and the autograded notebook
+(result["autograded_notebook"], for the instructor's gradebook: graders/outputs/gradebook.py) to
+the client. Nothing a worker does writes into the output folder: the client alone writes grades,
+feedback, the report, the gradebook and the cache (graders/grade.py), so a worker needs no view
+of it, and a student's code, run on the worker inside the sandbox, cannot reach it either.
 
 Where the work runs:
     scheduler=None       an in-process LocalCluster of `workers` workers, one thread each (the

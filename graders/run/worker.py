@@ -10,7 +10,9 @@ nbgrader and writes the gradebook, stays outside it. The result is written as JS
 <out>/results/<student>/<assignment>.json and printed; the autograded notebook is kept as
 <out>/autograded/<student>/<assignment>.ipynb (result["autograded"]).
 
-    result = run_worker(job, wall_seconds)   this module in a subprocess, stopped after
+    result = run_worker(job, wall_seconds)   grade_one in a process of its own, forked from
+                                            a server that imported nbgrader and the checks
+                                            once (graders/run/preload.py), stopped after
                                             wall_seconds (what each dask task of
                                             graders/run/cluster.py calls)
 """
@@ -19,10 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -55,10 +60,13 @@ def sha256(path: Path) -> str:
 
 
 def run_worker(job: dict, wall_seconds: float) -> dict:
-    """Grade one notebook in a `python -m graders.run.worker` subprocess, stopped after
-    `wall_seconds`; its result is read from job["out"]/results. Never raises for a problem of
-    the submission."""
-    cmd = [sys.executable, "-m", "graders.run.worker", json.dumps(job)]
+    """Grade one notebook in a process of its own, stopped after `wall_seconds`; its result is
+    read from job["out"]/results. Never raises for a problem of the submission.
+
+    The process is forked from a multiprocessing forkserver that imported what grading needs
+    once (graders/run/preload.py): it starts with nbgrader and the checks loaded, instead of
+    importing them for every submission, and has run nothing before (see preload's doc). It
+    gets this process's environment as it is now."""
     base = {
         "student": job["student"],
         "assignment": job["assignment"],
@@ -69,25 +77,84 @@ def run_worker(job: dict, wall_seconds: float) -> dict:
         "cells": {},
         "seconds": wall_seconds,
     }
+    fd, log = tempfile.mkstemp(prefix="fa-grading-log-", suffix=".txt")
+    os.close(fd)
     try:
-        proc = subprocess.run(
-            cmd,
-            cwd=pipeline.REPO,
-            capture_output=True,
-            text=True,
-            timeout=wall_seconds,
+        code = _run_graded_process(job, log, wall_seconds)
+        if code is None:
+            return {
+                **base,
+                "status": "grader-error",
+                "problems": [f"grading took longer than {wall_seconds:.0f} s and was stopped"],
+            }
+        path = result_path(Path(job["out"]), job["student"], job["assignment"])
+        if code == 0 and path.exists():
+            return json.loads(path.read_text())
+        printed = Path(log).read_text(errors="replace").strip()
+        tail = "\n".join(printed.splitlines()[-3:]) or f"exit code {code}"
+        return {**base, "status": "grader-error", "problems": [f"the grader itself failed: {tail}"]}
+    finally:
+        Path(log).unlink(missing_ok=True)
+
+
+def _run_graded_process(job: dict, log: str, wall_seconds: float) -> int | None:
+    """Grade `job` in a process of its own, its output into `log`: its exit code, or None when
+    it ran past `wall_seconds` and was killed (its sandbox ends with it: --die-with-parent).
+
+    Forked from the preloaded server where this process may have children of multiprocessing's
+    (a dask worker under a nanny is a daemon process, which may not): there, `python -m
+    graders.run.worker JOB`, which imports everything itself."""
+    import multiprocessing
+
+    if not multiprocessing.current_process().daemon:
+        proc = _forkserver().Process(
+            target=_forked,
+            args=(json.dumps(job), log, dict(os.environ), str(pipeline.REPO)),
+            name=f"grade {job['student']}/{job['assignment']}",
         )
-    except subprocess.TimeoutExpired:
-        return {
-            **base,
-            "status": "grader-error",
-            "problems": [f"grading took longer than {wall_seconds:.0f} s and was stopped"],
-        }
-    path = result_path(Path(job["out"]), job["student"], job["assignment"])
-    if proc.returncode == 0 and path.exists():
-        return json.loads(path.read_text())
-    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
-    return {**base, "status": "grader-error", "problems": [f"the grader itself failed: {tail}"]}
+        proc.start()
+        proc.join(wall_seconds)
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join()
+            return None
+        return proc.exitcode
+    with open(log, "ab") as out:
+        cmd = [sys.executable, "-m", "graders.run.worker", json.dumps(job)]
+        child = subprocess.Popen(cmd, cwd=pipeline.REPO, stdout=out, stderr=out)
+        try:
+            return child.wait(wall_seconds)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            return None
+
+
+_server_lock = threading.Lock()
+
+
+def _forkserver():
+    """The multiprocessing context whose server preloads graders/run/preload.py (started by the
+    first Process of this process, once)."""
+    import multiprocessing
+
+    with _server_lock:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["graders.run.preload"])
+        return ctx
+
+
+def _forked(job_text: str, log: str, env: dict, cwd: str) -> None:
+    """The graded process's body (forked from the server): what `python -m graders.run.worker
+    JOB` does, its output into `log` for the caller to quote."""
+    out = os.open(log, os.O_WRONLY | os.O_APPEND)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    _main(json.loads(job_text))
 
 
 def _cell_reports(nb) -> dict[str, dict]:
@@ -262,10 +329,7 @@ def die_with_parent() -> None:
     """End this process when the one that started it (a dask worker) is gone: a killed worker's
     task runs again elsewhere, and this copy must not go on grading (its sandbox then ends too:
     bwrap runs with --die-with-parent)."""
-    import os
-    import threading
-
-    parent = os.getppid()
+    parent = os.getppid()  # forked by run_worker: the forkserver, which ends with the dask worker
 
     def watch():
         while os.getppid() == parent:
@@ -275,8 +339,11 @@ def die_with_parent() -> None:
     threading.Thread(target=watch, daemon=True, name="die-with-parent").start()
 
 
-if __name__ == "__main__":
+def _main(job: dict) -> None:
     die_with_parent()
-    job = json.loads(sys.argv[1])
     cap_memory(job.get("memory_gb"))
-    print(json.dumps(grade_one(job)))
+    print(json.dumps(grade_one(job)), flush=True)
+
+
+if __name__ == "__main__":
+    _main(json.loads(sys.argv[1]))

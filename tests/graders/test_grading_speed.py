@@ -135,7 +135,7 @@ def test_the_template_key_follows_the_release_and_the_assignments():
     assert key != template.template_key(release, [ASSIGNMENT, "03_tiled_forward"])
 
 
-@pytest.mark.parametrize("program", ["graders.run.worker", "graders"])
+@pytest.mark.parametrize("program", ["graders.run.worker", "graders.run.preload", "graders"])
 def test_the_graders_processes_do_not_build_the_iri_grammar(program):
     """Each submission is graded in a process of its own (graders.run.worker): jsonschema's
     optional IRI checker (rfc3987_syntax, 38 Lark parsers built at import, about 1 s) must not be
@@ -150,3 +150,59 @@ def test_the_graders_processes_do_not_build_the_iri_grammar(program):
     imported = {line.rsplit("|", 1)[-1].strip() for line in got.stderr.splitlines() if "|" in line}
     assert "nbformat" in imported, got.stderr[-2000:]  # the program got as far as nbformat
     assert "lark" not in imported and "rfc3987_syntax.syntax_helpers" not in imported
+
+
+def _broken_job(tmp_path) -> dict:
+    """A job whose grading process fails at once: its template does not exist."""
+    nb = tmp_path / "in" / f"{ASSIGNMENT}.ipynb"
+    nb.parent.mkdir(parents=True)
+    nb.write_text("{}")
+    return {
+        "student": "s1",
+        "assignment": ASSIGNMENT,
+        "path": str(nb),
+        "template": str(tmp_path / "no-template"),
+        "out": str(tmp_path / "out"),
+        "timeout": 30,
+        "max_score": 16.0,
+        "sandbox": False,
+    }
+
+
+def _failure_line(result: dict) -> str:
+    assert result["status"] == "grader-error" and result["score"] == 0, result
+    (line,) = result["problems"]
+    return line
+
+
+def test_a_grading_process_that_fails_is_quoted_from_its_own_output(tmp_path):
+    """The grading process is forked from the preloaded server (graders/run/preload.py): what it
+    printed before it failed reaches the result, as the subprocess's stderr did."""
+    from graders.run.worker import run_worker
+
+    for attempt in range(2):  # the second one forked from the server the first one started
+        line = _failure_line(run_worker(_broken_job(tmp_path / str(attempt)), 120))
+        assert line.startswith("the grader itself failed:"), line
+        assert "FileNotFoundError" in line and "no-template" in line, line
+
+
+def _from_a_daemon(job: dict, queue) -> None:
+    from graders.run.worker import run_worker
+
+    queue.put(run_worker(job, 120))
+
+
+def test_a_daemonic_dask_worker_grades_in_a_program_of_its_own(tmp_path):
+    """A dask worker under a nanny is a daemon process, which multiprocessing forbids to have
+    children: there the grading process is `python -m graders.run.worker JOB`."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    daemon = ctx.Process(target=_from_a_daemon, args=(_broken_job(tmp_path), queue), daemon=True)
+    daemon.start()
+    result = queue.get(timeout=120)
+    daemon.join(30)
+    line = _failure_line(result)
+    assert line.startswith("the grader itself failed:"), line
+    assert "FileNotFoundError" in line and "no-template" in line, line
