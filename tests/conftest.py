@@ -64,3 +64,30 @@ def pytest_runtest_setup(item):
 def pytest_runtest_teardown(item, nextitem):
     with _resource_warnings_ignored():
         return (yield)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """`--dist loadgroup` keeps each `xdist_group` on one worker, as it did before pytest 9.2.
+
+    pytest-xdist marks a grouped test by adding "@<group>" to its node id on the worker, and the
+    controller schedules by that suffix. pytest 9.2 keeps the node id in `_id` (a NodeId), so
+    xdist's change no longer takes and the groups are silently ignored (pytest-dev/pytest-xdist
+    #1386): a module's class fixture (the hub, the exchange class) was then built on one worker
+    while the other waited on its lock with nothing to do. Where xdist's suffix is missing, it is
+    set here the way pytest 9.2 reads it. The groups are listed in the test files'
+    `pytestmark`; each group's tests run on one worker, the other worker goes on meanwhile."""
+    if not hasattr(config, "workerinput") or not config.getvalue("loadgroup"):
+        return
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # pytest before 9.2: xdist's own suffix works
+        return
+    for item in items:
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            item._id = NodeId.parse(item.nodeid + suffix)

@@ -1,12 +1,13 @@
 """Every solution notebook in a real browser: JupyterLab (the student's lab of course.py) driven by
 Playwright in Debian's Chromium.
 
-For each notebook: Run All with no traceback and no widget error; every live figure renders at
-its natural size (never upscaled, never squeezed) at 1280 and 1920 px, no control is narrower
-than 120 px and no label is cut; every control of every figure changes the picture; saved and
-reopened (a fresh kernel that has run nothing), the notebook shows each figure's last picture.
-A screenshot of each
-figure goes to $COURSE_SCREENSHOTS (default build/browser-screenshots) for review.
+For each notebook: Run All with no traceback and no widget error, within the notebook's time
+limit and with each graded cell's pass line in the saved file (fixtures.ran: the suite's one run
+of each solution for those checks); every live figure renders at its natural size (never
+upscaled, never squeezed) at 1280 and 1920 px, no control is narrower than 120 px and no label is
+cut; every control of every figure changes the picture; saved and reopened (a fresh kernel that
+has run nothing), the notebook shows each figure's last picture. A screenshot of each figure goes
+to $COURSE_SCREENSHOTS (default build/browser-screenshots) for review.
 
 Run alone:  .venv/bin/pytest -m browser -p no:xdist
 Needs:      Chromium (`apt-get install chromium`; .ci/run installs it) and the playwright package.
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from checkhelp import CHROMIUM_FLAGS
+from fixtures import ran
 
 from graders.run import pipeline
 
@@ -170,6 +172,12 @@ def _problems(page) -> list[str]:
     return found
 
 
+def _saved_after_run(saved: dict) -> bool:
+    """The file holds the run: every code cell has its execution count."""
+    code = [c for c in saved.get("cells", []) if c.get("cell_type") == "code"]
+    return bool(code) and all(c.get("execution_count") for c in code)
+
+
 def _picture(fig) -> str:
     return fig.locator("img.course-picture").get_attribute("src") or ""
 
@@ -254,7 +262,9 @@ def test_notebook_runs_in_the_browser_and_its_figures_work(lab, browser, assignm
     page = browser.new_page(viewport={"width": WIDTHS[0], "height": 1000})
     try:
         _open(page, lab, name)
+        start = time.perf_counter()
         _run_all(page, RUN_ALL_SECONDS.get(assignment, 180))
+        run_all_seconds = time.perf_counter() - start
         assert _problems(page) == [], f"{assignment} after Run All: {_problems(page)}"
         figures = page.locator(".course-live-figure").all()
         for k, fig in enumerate(figures):
@@ -277,13 +287,16 @@ def test_notebook_runs_in_the_browser_and_its_figures_work(lab, browser, assignm
                 saved = json.loads(text)
             except json.JSONDecodeError:
                 saved = {}
-            if saved and (not figures or saved["metadata"].get("widgets")):
+            if _saved_after_run(saved) and (not figures or saved["metadata"].get("widgets")):
                 break
             time.sleep(0.5)
+        assert _saved_after_run(saved), f"{assignment}: the run was not saved in 30 s"
         if figures:
             assert saved.get("metadata", {}).get("widgets"), f"{assignment}: no widget state saved"
     finally:
         page.close()
+    # the run's time and its graded cells' pass lines, on the file as saved (fixtures.ran)
+    ran.assert_ran_quietly(saved, assignment, run_all_seconds)
     if not figures:
         return
     # reopen a copy in a new page: the kernel JupyterLab starts has run nothing and knows no

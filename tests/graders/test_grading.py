@@ -169,7 +169,7 @@ def graded(tmp_path_factory):
         grade(
             folder / "submitted",
             folder / "graded",
-            jobs=2,
+            jobs=once.grading_jobs(),
             timeout=bank.TIMEOUT_FOR_BANK,
             progress=False,
             **_sandbox_kw(),

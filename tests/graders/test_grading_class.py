@@ -131,7 +131,14 @@ def _hand_in_and_grade(root: Path) -> None:
     out = root / "graded"
     env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
     cmd = [sys.executable, "-m", "graders", "grade", str(course / "submitted"), "--out", str(out)]
-    cmd += ["--course-dir", str(course), "--roster", str(roster), "--jobs", "2"]
+    cmd += [
+        "--course-dir",
+        str(course),
+        "--roster",
+        str(roster),
+        "--jobs",
+        str(once.grading_jobs()),
+    ]
     cmd += ["--timeout", str(bank.TIMEOUT_FOR_BANK), *_sandbox_flag()]
     proc = subprocess.run(
         cmd, cwd=pipeline.REPO, env=env, capture_output=True, text=True, timeout=1200

@@ -56,7 +56,7 @@ def _env() -> dict:
 def _grade_cli(root: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "graders", "grade", str(root / "submitted")]
     cmd += ["--out", str(root / "graded"), "--course-dir", str(root / "course")]
-    cmd += ["--jobs", "2", "--unsafe-no-sandbox", *extra]
+    cmd += ["--jobs", str(once.grading_jobs()), "--unsafe-no-sandbox", *extra]
     proc = subprocess.run(
         cmd, cwd=pipeline.REPO, env=_env(), capture_output=True, text=True, timeout=600
     )

@@ -35,6 +35,8 @@ from graders.run import pipeline
 A1, A2 = "01_online_softmax", "02_merge_partials"
 EVIL = "<script>alert('x')</script>"
 
+pytestmark = pytest.mark.xdist_group("report")  # its graded classes: one worker builds them
+
 
 class Page(HTMLParser):
     """The tags, attributes and text of a page, as a browser's parser would see them."""
@@ -315,7 +317,7 @@ def real_class(tmp_path_factory):
     def build(folder: Path) -> None:
         bank.write(_entries(), folder)
         cmd = [sys.executable, "-m", "graders", "grade", str(folder / "submitted")]
-        cmd += ["--out", str(folder / "graded"), "--jobs", "2"]
+        cmd += ["--out", str(folder / "graded"), "--jobs", str(once.grading_jobs())]
         cmd += ["--timeout", str(bank.TIMEOUT_FOR_BANK), "--unsafe-no-sandbox"]
         proc = subprocess.run(cmd, cwd=pipeline.REPO, capture_output=True, text=True, timeout=1200)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,5 +1,10 @@
 """Every notebook: generated from its solution by nbgrader, executed end to end in a plain kernel.
 
+Each solution's run top to bottom (its time limit, and its graded cells' pass lines with nothing
+on stderr: fixtures.ran) is checked once per test run: here with nbclient where no browser is
+installed, else on the file the browser test saves after its Run All in JupyterLab
+(tests/browser/test_browser.py), which runs each solution anyway.
+
 Autograding every notebook (nbgrader autograde through the course's grader: the full solution
 scores every point, the release handed back untouched scores 0, exactly) is asserted by the
 graded class of tests/graders/test_grading.py, which grades both for each notebook in the same run;
@@ -13,6 +18,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from fixtures import ran
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -21,15 +27,6 @@ from graders.run import pipeline
 
 REPO = pipeline.REPO
 ASSIGNMENTS = pipeline.assignments()
-MAX_SECONDS = 60  # per notebook on 2 CPU cores (issue: each notebook runs in under 60 s)
-# The Triton notebooks run their kernels in Triton's interpreter on a CPU: allowed 2 minutes.
-SLOW = {
-    "06_triton_forward": 120,
-    "07_backward": 120,
-    "08_triton_backward": 120,
-    "09_flash_decoding": 120,
-    "11_capstone": 120,  # trains three tiny GPTs, one with the kernel in the interpreter
-}
 
 pytestmark = pytest.mark.notebooks
 
@@ -39,7 +36,7 @@ def _path(folder: str, assignment: str) -> Path:
 
 
 def _limit(path: Path) -> int:
-    return SLOW.get(path.stem, MAX_SECONDS)
+    return ran.limit(path.stem)
 
 
 def _execute(path: Path, allow_errors: bool = False):
@@ -97,18 +94,13 @@ def test_readme_has_colab_badge(assignment):
     assert link in readme, f"README.md needs an 'Open in Colab' badge linking {link}"
 
 
+@pytest.mark.skipif(
+    ran.IN_THE_BROWSER, reason="run by tests/browser/test_browser.py's Run All (fixtures.ran)"
+)
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_solution_runs_top_to_bottom_quietly(assignment):
-    path = _path("solutions", assignment)
-    nb, seconds = _execute(path)
-    assert seconds < _limit(path), f"{assignment} took {seconds:.1f} s (limit {_limit(path)} s)"
-    graded = _grade_cells(nb)
-    assert graded, f"{assignment} has no graded test cells"
-    for cell in graded:
-        stderr = [o for o in cell.outputs if o.get("name") == "stderr"]
-        assert not stderr, f"test cell {cell.metadata.nbgrader.grade_id} wrote to stderr: {stderr}"
-        printed = "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
-        assert "✓" in printed, f"test cell {cell.metadata.nbgrader.grade_id} printed no pass line"
+    nb, seconds = _execute(_path("solutions", assignment))
+    ran.assert_ran_quietly(nb, assignment, seconds)
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
