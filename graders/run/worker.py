@@ -102,11 +102,13 @@ def _run_graded_process(job: dict, log: str, wall_seconds: float) -> int | None:
     it ran past `wall_seconds` and was killed (its sandbox ends with it: --die-with-parent).
 
     Forked from the preloaded server where this process may have children of multiprocessing's
-    (a dask worker under a nanny is a daemon process, which may not): there, `python -m
-    graders.run.worker JOB`, which imports everything itself."""
+    and the platform has a forkserver; elsewhere (a dask worker under a nanny is a daemon
+    process, which may not; Windows has no fork) `python -m graders.run.worker JOB`, which
+    imports everything itself."""
     import multiprocessing
 
-    if not multiprocessing.current_process().daemon:
+    forks = "forkserver" in multiprocessing.get_all_start_methods()
+    if forks and not multiprocessing.current_process().daemon:
         proc = _forkserver().Process(
             target=_forked,
             args=(json.dumps(job), log, dict(os.environ), str(pipeline.REPO)),
