@@ -264,11 +264,12 @@ def compare_with(
 
 
 def _plain_course(root: Path, assignments: list[str], submitted: Path) -> Path:
-    """A course directory as an instructor sets one up for plain nbgrader: the course's
-    nbgrader_config.py beside solutions/ and notebooks/, the assignments in the gradebook
-    (`nbgrader generate_assignment`, untimed), and the class under submitted/."""
+    """A course directory as an instructor sets one up for plain nbgrader: an nbgrader_config.py
+    beside solutions/ and notebooks/ that loads the course's (which reads course.toml from where
+    it lies, so it is loaded in place, not copied), the assignments in the gradebook (`nbgrader
+    generate_assignment`, untimed), and the class under submitted/."""
     root.mkdir(parents=True)
-    shutil.copyfile(pipeline.CONFIG_FILE, root / "nbgrader_config.py")
+    (root / "nbgrader_config.py").write_text(f"load_subconfig({str(pipeline.CONFIG_FILE)!r})\n")
     for a in assignments:
         shutil.copytree(pipeline.REPO / "solutions" / a, root / "solutions" / a)
     shutil.copytree(submitted, root / "submitted")

@@ -39,3 +39,18 @@ def test_a_run_that_did_not_grade_is_never_timed(tmp_path):
         grading._refuse_failed(tmp_path / "graded", "the class")
     (tmp_path / "graded" / "results" / "bo" / f"{a}.json").unlink()
     grading._refuse_failed(tmp_path / "graded", "the class")  # an untouched release is graded
+
+
+@pytest.mark.notebooks
+def test_the_plain_nbgrader_course_takes_the_courses_config(tmp_path):
+    """--versus-nbgrader's course for plain nbgrader: its nbgrader_config.py loads the course's
+    (which reads course.toml beside the repository, so a copy of it elsewhere fails), and
+    `nbgrader generate_assignment` releases the notebook there."""
+    import json
+
+    a = "01_online_softmax"
+    (tmp_path / "class" / "ana" / a).mkdir(parents=True)
+    root = grading._plain_course(tmp_path / "plain", [a], tmp_path / "class")
+    released = json.loads((root / "notebooks" / a / f"{a}.ipynb").read_text(encoding="utf-8"))
+    shipped = json.loads((pipeline.REPO / "notebooks" / a / f"{a}.ipynb").read_text("utf-8"))
+    assert [c["source"] for c in released["cells"]] == [c["source"] for c in shipped["cells"]]
