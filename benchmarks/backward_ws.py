@@ -6,13 +6,13 @@ The grid of benchmarks.attention (batch * N = 16k tokens, heads * d = 2048, bf16
 forward (the autograd function's) gives out and lse; then the backward alone of every variant: the
 course's three autotuned kernels (`flash_attention_bwd`), the Gluon kernel's variants (`sN`: an
 N-slot Q/dO ring; `split`: at d = 128 the warpgroups share dS^T and each adds half of dQ_i's
-columns, `own`: each adds its own keys' part; `m128`: 128-query steps at d = 64; `-lag`: each
-step's dQ one step late from two dS^T buffers; `variants` lists them), and SDPA's flash, cuDNN and
-efficient backends (torch.autograd.grad on a kept graph). Each variant's dq, dk, dv are checked
-against SDPA's before timing; then all are timed 1 + --rounds times in rotating order (median
-kept). TFLOP/s count five N^2 d products (2.5 times the forward's FLOPs) for every variant. The
-table goes last on stdout, to DIR/backward_ws.json and to a markdown section appended to
---results. Without a Hopper GPU it says so and exits 0.
+columns, `own`: each adds its own keys' part; `m128`: 128-query steps at d = 64; `-lag`: each step's
+dQ one step late from two dS^T buffers; `P-`: persistent programs; `variants` lists them), and
+SDPA's flash, cuDNN and efficient backends (torch.autograd.grad on a kept graph). Each variant's dq,
+dk, dv are checked against SDPA's before timing; then all are timed 1 + --rounds times in rotating
+order (median kept). TFLOP/s count five N^2 d products (2.5 times the forward's FLOPs) for every
+variant. The table goes last on stdout, to DIR/backward_ws.json and to a markdown section appended
+to --results. Without a Hopper GPU it says so and exits 0.
 """
 
 from __future__ import annotations
@@ -38,18 +38,24 @@ from benchmarks.forward_ws import run_hopper_grid
 
 def variants(d: int) -> list[tuple[str, dict]]:
     """(name, options of flash_attention_bwd_ws) timed at head dimension d. `m128`: 128-query
-    steps (d = 64; the default there); `-lag`: two dS^T buffers, each step's dQ one step late."""
+    steps (d = 64; the default there); `-lag`: two dS^T buffers, each step's dQ one step late;
+    `P-`: persistent programs (one per SM, tiles dealt head by head), the others one program per
+    key tile."""
+    tiles = {"persistent": False}
     if d == 128:
         return [
-            ("split-s2", {"num_slots": 2, "dq_split": True, "dq_lag": False}),
-            ("own-s2", {"num_slots": 2, "dq_split": False, "dq_lag": False}),
-            ("split-s2-lag", {"num_slots": 2, "dq_split": True, "dq_lag": True}),
-        ]
+            ("split-s2", {"num_slots": 2, "dq_split": True, "dq_lag": False, **tiles}),
+            ("own-s2", {"num_slots": 2, "dq_split": False, "dq_lag": False, **tiles}),
+            ("split-s2-lag", {"num_slots": 2, "dq_split": True, "dq_lag": True, **tiles}),
+            ("P-split-s2-lag", {"num_slots": 2, "dq_split": True, "dq_lag": True,
+                                "persistent": True}),
+        ]  # fmt: skip
     return [
-        ("m128-s2", {"num_slots": 2, "block_m": 128, "dq_lag": False}),
-        ("m128-s3", {"num_slots": 3, "block_m": 128, "dq_lag": False}),
-        ("m128-s2-lag", {"num_slots": 2, "block_m": 128, "dq_lag": True}),
-        ("s2", {"num_slots": 2, "block_m": 64, "dq_lag": False}),
+        ("m128-s2", {"num_slots": 2, "block_m": 128, "dq_lag": False, **tiles}),
+        ("m128-s3", {"num_slots": 3, "block_m": 128, "dq_lag": False, **tiles}),
+        ("m128-s2-lag", {"num_slots": 2, "block_m": 128, "dq_lag": True, **tiles}),
+        ("s2", {"num_slots": 2, "block_m": 64, "dq_lag": False, **tiles}),
+        ("P-m128-s2-lag", {"num_slots": 2, "block_m": 128, "dq_lag": True, "persistent": True}),
     ]
 
 

@@ -28,8 +28,9 @@ def test_variants_per_head_dim():
             opts = bws.launch_options(d, False, **kw)  # refuses buffers past shared memory
             assert opts["dq_lag"] == name.endswith("-lag"), (name, opts)
             assert f"s{opts['num_slots']}" in name.split("-"), (name, opts)
+            assert opts["persistent"] == name.startswith("P-"), (name, opts)
     assert dict(bench.variants(128))["own-s2"] == {
-        "num_slots": 2, "dq_split": False, "dq_lag": False
+        "num_slots": 2, "dq_split": False, "dq_lag": False, "persistent": False
     }  # fmt: skip
     assert bench.is_gluon("own-s2") and not bench.is_gluon("course")
     assert not bench.is_gluon("cudnn")

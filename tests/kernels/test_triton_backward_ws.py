@@ -89,13 +89,30 @@ def test_the_default_launch_builds_within_shared_memory(d, causal):
      (64, False, {"dq_lag": False}, {"dq_split": True, "num_slots": 3}),
      (64, False, {"block_m": 64}, {"dq_split": False, "dq_lag": False, "num_slots": 3}),
      (64, True, {"dq_tma": False}, {"dq_lag": False}),
-     (128, False, {"dq_lag": True}, {"dq_split": True, "dq_lag": True})],
+     (128, False, {"dq_lag": True}, {"dq_split": True, "dq_lag": True}),
+     (128, False, {"persistent": True}, {"dq_split": True, "dq_lag": True, "persistent": True}),
+     (128, False, {"persistent": True, "dq_lag": False}, {"dq_split": True, "dq_lag": False})],
 )  # fmt: skip
 def test_a_choice_given_moves_the_defaults_that_depend_on_it(d, causal, given, expected):
     """Turning off what the lag needs (a shared dS^T, TMA reduce-adds) turns the lag's default
     off instead of refusing; without the lag the defaults of runs 7 and 8 come back."""
     opts = bws.launch_options(d, causal, **given)
     assert {key: opts[key] for key in expected} == expected, opts
+
+
+@pytest.mark.parametrize(
+    "d, causal, n_k, expected",
+    [(128, False, 1024, True), (128, True, 4096, True), (128, True, 8192, False),
+     (64, False, 2048, True), (64, True, 1024, False), (64, False, 16384, False)],
+)  # fmt: skip
+def test_persistent_programs_by_default_only_where_they_were_ahead(d, causal, n_k, expected):
+    """Persistent programs (dealt head by head) up to 4k keys, except at d = 64 with the mask
+    (H200, 2026-12-05); the default a launch takes (`_default_options`) follows, and at d = 128
+    without the mask brings the lagged dQ with it."""
+    assert bws.persistent_default(d, causal, n_k) is expected
+    opts = bws._default_options(d, causal, bws.persistent_default(d, causal, n_k))
+    assert opts["persistent"] is expected
+    assert opts["dq_lag"] is (d == 64 or causal or expected)
 
 
 REFUSED = [

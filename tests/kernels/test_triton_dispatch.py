@@ -13,10 +13,13 @@ import torch
 import course_utils.triton_attention as ta
 from course_utils.triton_attention import autograd
 
+# the teaching kernels launch where this machine runs them: the GPU, else the interpreter
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
-def _qkv(n=32, d=16):
+
+def _qkv(n=32, d=16, device=DEVICE):
     gen = torch.Generator().manual_seed(n + d)
-    return [torch.randn(1, 2, n, d, generator=gen, requires_grad=True) for _ in range(3)]
+    return [torch.randn(1, 2, n, d, generator=gen).to(device).requires_grad_() for _ in range(3)]
 
 
 def _fake_hopper(monkeypatch, preferred, supported, calls):
@@ -122,7 +125,7 @@ def test_a_checked_shape_still_refuses_bad_inputs():
     with pytest.raises(TypeError, match="share one dtype"):
         autograd.flash_attention(q, k.half(), v, True)
     with pytest.raises(TypeError, match="k must be a torch.Tensor"):
-        autograd.flash_attention(q, k.detach().numpy(), v, True)
+        autograd.flash_attention(q, k.detach().cpu().numpy(), v, True)
 
 
 class _FakeJIT:

@@ -49,8 +49,10 @@ From 4k keys it runs at 0.90 to 1.00 of cuDNN and 1.03 to 1.32 times the course 
 keys it passes the course's only at d = 128 without the mask (1.16 times). `flash_attention`
 runs it where it was the faster (`preferred`, asked by `autograd.pick_kernel`). Lost and taken
 out or left off: issuing each step's S^T and dP^T during the step before (spills at d = 128:
-0.57 to 0.71 times as fast), persistent programs (level or behind). `python -m
-benchmarks.backward_ws` times it.
+0.57 to 0.71 times as fast). Persistent programs were level or behind at 4k and 16k keys in run 5
+(dealt by key tile with the mask); dealt head by head they are ahead up to 4k keys on an H200
+(2026-12-05, `persistent_default`), and so the default there. `python -m benchmarks.backward_ws`
+times it.
 
 This module is the host side (the launch, its options and their measured defaults, `preferred`,
 `compile_for_sm90`); the @gluon.jit device code is `backward_ws_kernel`.
@@ -92,7 +94,7 @@ DQ_ROWS = 64  # rows of dQ_i in one product and one reduce-add: a warpgroup's wg
 BLOCK_N = 128  # keys per program: two warpgroups of 64
 NUM_SLOTS = 2  # Q/dO ring depth (3 at d = 64 without the mask: `num_slots_default`)
 DQ_TMA_DEFAULT = True  # dQ by TMA reduce-adds (False: by the threads' atomics, runs 1 and 2)
-PERSISTENT_DEFAULT = False  # one program per key tile (True: one per SM, lost in run 5)
+PERSISTENT_MAX_KEYS = 4096  # persistent programs by default up to this many keys
 STATS_TMA_DEFAULT = True  # lse_i, D_i through the TMA with Q_i, dO_i (False: loaded every step)
 MAXNREG = 168  # as forward_ws: 12 warps x 32 threads x 168 <= 65,536 registers
 
@@ -115,7 +117,7 @@ def flash_attention_bwd_ws(
     num_slots: int | None = None,
     dq_split: bool | None = None,
     dq_tma: bool = DQ_TMA_DEFAULT,
-    persistent: bool = PERSISTENT_DEFAULT,
+    persistent: bool | None = None,
     stats_tma: bool = STATS_TMA_DEFAULT,
     block_m: int | None = None,
     dq_lag: bool | None = None,
@@ -130,14 +132,15 @@ def flash_attention_bwd_ws(
     each part of dQ_i is added by one TMA reduce-add from shared memory (True) or by the
     threads' atomic adds (False);
     persistent: one program per SM takes the key tiles in turn, so one tile's dK and dV are
-    written while the next one's K and V arrive (False: one program per key tile); stats_tma:
+    written while the next one's K and V arrive (False: one program per key tile; default
+    `persistent_default(d, causal, N_K)`); stats_tma:
     the loader brings each query tile's lse and D into shared memory with Q_i and dO_i (True),
     else each gradient thread loads its 2 x 16 of them from HBM every step; block_m: query rows
     per step, 64 or (at d = 64 only) 128, where the warpgroups share dS^T and each computes 64
     rows of dQ_i (default `block_m_default(d)`); dq_lag: where the warpgroups share dS^T, two
     dS^T buffers and each step's dQ product one step late, so that they do not wait for each
-    other inside a step (needs dq_tma; default `dq_lag_default(d, causal)`). Defaults and
-    refusals: `launch_options`. Extra memory: an fp32 dQ of q's shape.
+    other inside a step (needs dq_tma; default `dq_lag_default(d, causal, persistent)`).
+    Defaults and refusals: `launch_options`. Extra memory: an fp32 dQ of q's shape.
     """
     _check_backward_inputs(do, q, k, v, out, lse, causal)
     reason = supported(q, k, v, causal)
@@ -147,8 +150,11 @@ def flash_attention_bwd_ws(
     for name, t in (("do", do), ("out", out), ("lse", lse)):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous")
-    opts = launch_options(d, causal, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag)
-    opts["persistent"] = bool(persistent)
+    if persistent is None:
+        persistent = persistent_default(d, causal, k.shape[2])
+    opts = launch_options(
+        d, causal, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag, bool(persistent)
+    )
     scale = float(softmax_scale_or_default(softmax_scale, d))
     if q.numel() == 0:  # no query: out does not depend on q, k, v (as the course backward)
         return tuple(torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
@@ -159,12 +165,14 @@ def backward_checked(do, q, k, v, out, lse, causal: bool, scale: float):
     """(dq, dk, dv) as `flash_attention_bwd_ws` with the default options, for what `autograd`
     saved and checked once per shape (q, k, v, out contiguous, `supported`, lse its own) and a
     contiguous do of out's shape and dtype: nothing here repeats a check."""
-    return launch(do, q, k, v, out, lse, causal, scale, _default_options(q.shape[3], causal))
+    d = q.shape[3]
+    opts = _default_options(d, causal, persistent_default(d, causal, k.shape[2]))
+    return launch(do, q, k, v, out, lse, causal, scale, opts)
 
 
 @functools.lru_cache(maxsize=16)
-def _default_options(d: int, causal: bool) -> dict:
-    return {**launch_options(d, causal), "persistent": PERSISTENT_DEFAULT}
+def _default_options(d: int, causal: bool, persistent: bool) -> dict:
+    return launch_options(d, causal, persistent=persistent)
 
 
 _PREPROCESS = LaunchCache(_attn_bwd_preprocess_kernel)
@@ -226,11 +234,12 @@ def launch(do, q, k, v, out, lse, causal: bool, scale: float, opts: dict):
 def launch_options(
     d: int, causal: bool, num_slots: int | None = None, dq_split: bool | None = None,
     dq_tma: bool = DQ_TMA_DEFAULT, stats_tma: bool = STATS_TMA_DEFAULT,
-    block_m: int | None = None, dq_lag: bool | None = None,
+    block_m: int | None = None, dq_lag: bool | None = None, persistent: bool = False,
 ) -> dict:  # fmt: skip
-    """The kernel's constexpr options at head dimension d, as a launch and `compile_for_sm90`
-    take them: each None replaced by its measured default (`block_m_default`, `dq_lag_default`,
-    `dq_split_default`, `num_slots_default`), dq_split as the kernel reads it (True where the
+    """The kernel's options at head dimension d, as a launch and `compile_for_sm90` take them
+    (persistent: the launch's grid, which moves the lag's default): each None replaced by its
+    measured default (`block_m_default`, `dq_lag_default`, `dq_split_default`,
+    `num_slots_default`), dq_split as the kernel reads it (True where the
     warpgroups share dS^T), and a ValueError naming the argument for a combination the kernel
     cannot take or whose buffers pass the H200's shared memory (`shared_bytes`)."""
     block_m = block_m_default(d) if block_m is None else block_m
@@ -243,7 +252,7 @@ def launch_options(
     # warpgroups always split dQ_i's rows (each one's own keys' part would take 64 registers).
     can_share = block_m == 128 or (d == 128 and (dq_split is None or bool(dq_split)))
     if dq_lag is None:
-        dq_lag = dq_lag_default(d, causal) and can_share and bool(dq_tma)
+        dq_lag = dq_lag_default(d, causal, persistent) and can_share and bool(dq_tma)
     dq_lag = bool(dq_lag)
     dq_split = dq_split_default(d, causal, dq_lag) if dq_split is None else bool(dq_split)
     dq_split = (dq_split and d == 128) or block_m == 128
@@ -265,6 +274,7 @@ def launch_options(
     return {
         "num_slots": num_slots, "dq_split": dq_split, "dq_tma": bool(dq_tma),
         "stats_tma": bool(stats_tma), "block_m": block_m, "dq_lag": dq_lag,
+        "persistent": bool(persistent),
     }  # fmt: skip
 
 
@@ -274,12 +284,25 @@ def block_m_default(d: int) -> int:
     return 128 if d == 64 else BLOCK_M
 
 
-def dq_lag_default(d: int, causal: bool) -> bool:
+def dq_lag_default(d: int, causal: bool, persistent: bool = False) -> bool:
     """Whether each step's dQ comes one step late from two dS^T buffers: at d = 64, and at
-    d = 128 with the mask (Gluon backward run 9, docs/journal.md: 1.00 to 1.11 times the
-    best unlagged variant at d = 64, 1.06 to 1.17 times at d = 128 with the mask). At d = 128
-    without the mask it lost (0.96 to 0.98 times the shared dS^T without the lag)."""
-    return d == 64 or causal
+    d = 128 with the mask or with persistent programs (Gluon backward run 9, docs/journal.md:
+    1.00 to 1.11 times the best unlagged variant at d = 64, 1.06 to 1.17 times at d = 128 with
+    the mask). At d = 128 without the mask, one program per key tile, it lost (0.96 to 0.98
+    times the shared dS^T without the lag); with persistent programs it won there (1.03 to
+    1.05 times at 1k to 4k keys, H200, journal "Backward at short lengths", 2026-12-05)."""
+    return d == 64 or causal or persistent
+
+
+def persistent_default(d: int, causal: bool, n_k: int) -> bool:
+    """Whether one program per SM takes the key tiles in turn (else one program per key tile):
+    up to PERSISTENT_MAX_KEYS keys, except at d = 64 with the mask. Measured on an H200,
+    2026-12-05 (journal "Backward at short lengths"), persistent against one program a tile,
+    with the defaults of each: d = 128 with the mask 1.03 to 1.04 times at 1k to 4k keys;
+    without it, lagged, 1.02 to 1.04 times the unlagged default; d = 64 without the mask 1.02
+    to 1.05 times; d = 64 with the mask level at 2k and 0.96 times at 4k. Longer sequences keep
+    run 5's one program a tile (level or ahead there)."""
+    return n_k <= PERSISTENT_MAX_KEYS and not (d == 64 and causal)
 
 
 def num_slots_default(d: int, causal: bool, dq_lag: bool = False) -> int:

@@ -52,6 +52,7 @@ def _tma_reduce_add_builtin():
 
 _tma_reduce_add = _tma_reduce_add_builtin()
 
+KEY_MAJOR_TILES = gl.constexpr(128)  # key tiles a head from which `_key_tile` deals by key tile
 LOADER_REGS = gl.constexpr(24)
 GRAD_REGS = gl.constexpr(240)
 
@@ -101,11 +102,17 @@ def _key_tile(tile_i, n_kt, n_bh, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: gl
     the programs in a snake (`forward_ws._position`). They go head by head, key tiles in order
     inside a head, so the programs running at once share a few heads' Q and dO in L2; with the
     causal mask key tile j sees N_Q - j * BLOCK_N queries, so a head's longest tiles start first.
-    Persistent programs with the mask are dealt by key tile instead, the longest (j = 0) of every
-    head first, so each round deals tiles of about one length (head by head, the snake left one
-    program 1.5 times the mean work at N = 16k: Gluon backward run 4)."""
+    Persistent programs with the mask and KEY_MAJOR_TILES key tiles a head or more are dealt by
+    key tile instead, the longest (j = 0) of every head first, so each round deals tiles of about
+    one length (head by head, the snake left one program 1.5 times the mean work at N = 16k:
+    Gluon backward run 4). Below that, head by head: dealt by key tile at 1k and 4k keys the
+    persistent programs ran 0.65 to 0.78 times as fast as one program a tile (H100, journal
+    "Backward at short lengths", 2026-12-05), most likely because the programs at once read 132
+    heads' Q and dO, more than L2 holds; head by head they ran 1.03 to 1.04 times as fast (H200,
+    same section), and at 1k on 132 SMs the snake deals each program key tiles j and 7 - j in
+    turn, the same work for all."""
     t = tile_i * gl.num_programs(0) + _position(tile_i)
-    if CAUSAL and gl.num_programs(0) < n_kt * n_bh:
+    if CAUSAL and gl.num_programs(0) < n_kt * n_bh and n_kt >= KEY_MAJOR_TILES:
         start_n = t // n_bh
         bh = t % n_bh
     else:
