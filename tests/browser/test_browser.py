@@ -178,6 +178,24 @@ def _saved_after_run(saved: dict) -> bool:
     return bool(code) and all(c.get("execution_count") for c in code)
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def _missing_models(saved: dict) -> set[str]:
+    """The widget models the file's outputs show whose state the file does not hold: a save
+    read before the lab wrote the widget state of the whole run, or one that would reopen with
+    "Error displaying widget"."""
+    shown = {
+        out["data"][WIDGET_VIEW]["model_id"]
+        for cell in saved.get("cells", [])
+        for out in cell.get("outputs", [])
+        if WIDGET_VIEW in out.get("data", {})
+    }
+    state = saved.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    return shown - set(state)
+
+
 def _picture(fig) -> str:
     return fig.locator("img.course-picture").get_attribute("src") or ""
 
@@ -287,12 +305,15 @@ def test_notebook_runs_in_the_browser_and_its_figures_work(lab, browser, assignm
                 saved = json.loads(text)
             except json.JSONDecodeError:
                 saved = {}
-            if _saved_after_run(saved) and (not figures or saved["metadata"].get("widgets")):
+            widgets = not figures or saved["metadata"].get("widgets")
+            if _saved_after_run(saved) and widgets and not _missing_models(saved):
                 break
             time.sleep(0.5)
         assert _saved_after_run(saved), f"{assignment}: the run was not saved in 30 s"
         if figures:
             assert saved.get("metadata", {}).get("widgets"), f"{assignment}: no widget state saved"
+            missing = _missing_models(saved)
+            assert not missing, f"{assignment}: figures shown without their saved state: {missing}"
     finally:
         page.close()
     # the run's time and its graded cells' pass lines, on the file as saved (fixtures.ran)
@@ -313,6 +334,15 @@ def test_notebook_runs_in_the_browser_and_its_figures_work(lab, browser, assignm
         deadline = time.time() + 90
         while time.time() < deadline and shown.count() < len(figures):
             time.sleep(0.5)
+        if shown.count() < len(figures) and _problems(page):
+            # The file holds every shown model's state (checked above), yet the lab's widget
+            # manager gave up on one: under a loaded CI (29 minutes of suite) it once showed
+            # "Error displaying widget" for 07's figure, which an idle or a two-busy-loop machine
+            # never did. What a student would do, reload the page, must then show the picture.
+            _open(page, lab, copy, kernel=True)  # loads the page again
+            deadline = time.time() + 90
+            while time.time() < deadline and shown.count() < len(figures):
+                time.sleep(0.5)
         if shown.count() < len(figures):
             SHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SHOTS / f"reopened-{assignment}.png"), full_page=True)

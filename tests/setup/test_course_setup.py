@@ -86,7 +86,9 @@ def test_no_cpu_index_with_an_nvidia_driver_or_a_chosen_torch(course, monkeypatc
 
 @pytest.fixture
 def fake_setup(course, monkeypatch, tmp_path):
-    """course.py with a stand-in venv builder and pip: the commands it would run are recorded."""
+    """course.py with a stand-in venv builder and pip: the commands it would run are recorded.
+    Python writes its own bytecode here (PYTHONDONTWRITEBYTECODE unset) unless a test sets it."""
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     venv_dir = tmp_path / ".venv"
     monkeypatch.setattr(course, "VENV", venv_dir)
     monkeypatch.setattr(course, "STAMP", venv_dir / ".course-setup")
@@ -126,12 +128,18 @@ def test_first_start_falls_back_and_says_each_step(course, fake_setup, capsys):
     assert commands[0][-3:] == ["torch==2.13.0", "--index-url", course.CPU_INDEX]
     assert commands[1][-1] == "torch==2.13.0" and "--index-url" not in commands[1]
     assert commands[2][-2:] == ["-e", ".[course,dev,hub]"]
-    assert all("--progress-bar" in c and c[c.index("--progress-bar") + 1] == "on" for c in commands)
+    pip = commands[:3]
+    assert all("--progress-bar" in c and c[c.index("--progress-bar") + 1] == "on" for c in pip)
+    # the grader's layer: its sandbox mounts .venv read-only, so nothing writes bytecode there
+    assert commands[3][1:4] == ["-m", "compileall", "-qq"], commands[3]
+    assert str(course.VENV / "lib") in commands[3]
+    assert {str(course.ROOT / p) for p in course.REPO_PACKAGES} <= set(commands[3])
     for line in (
-        "1/3 creating",
-        "2/3 installing torch==2.13.0 from",
+        "1/4 creating",
+        "2/4 installing torch==2.13.0 from",
         "failed; trying pip's own",
-        "3/3 installing the course package [course,dev,hub]",
+        "3/4 installing the course package [course,dev,hub]",
+        "4/4 compiling .venv's Python files once (the grader's sandbox mounts it read-only",
         "done in",
         "environment ready in",
     ):
@@ -160,6 +168,40 @@ def test_lab_installs_the_numpy_track_and_gpu_adds_torch_and_triton(course, fake
     )
     course.ensure_env(course.NEEDS["lab"])  # pyproject changed: every installed layer again
     assert commands[-1][-2:] == ["-e", ".[gpu,lab]"] and len(commands) == n + 1
+
+
+def test_the_lab_is_compiled_once_where_python_writes_no_bytecode(course, fake_setup, capsys,
+                                                                  monkeypatch):  # fmt: skip
+    """With PYTHONDONTWRITEBYTECODE set (as on CI) no process would ever write a .pyc: set-up
+    compiles .venv once, the student's layer too."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    commands = fake_setup
+    course.ensure_env(course.NEEDS["lab"])
+    assert commands[0][-2:] == ["-e", ".[lab]"] and "compileall" in commands[1], commands
+    assert "3/3 compiling .venv's Python files once (PYTHONDONTWRITEBYTECODE is set" in (
+        capsys.readouterr().out
+    )
+    course.ensure_env(course.NEEDS["lab"])  # installed and compiled: nothing more
+    assert len(commands) == 2
+
+
+def test_compileall_writes_bytecode_even_where_imports_may_not(course, tmp_path):
+    """The premise of the step above: compileall writes the .pyc files that imports under
+    PYTHONDONTWRITEBYTECODE=1 never write, and a later import under that variable reads them."""
+    pkg = tmp_path / "pkg_for_bytecode"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("VALUE = 42\n")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": str(tmp_path)}
+    probe = "import pkg_for_bytecode as p; print(p.__cached__, p.VALUE)"
+    subprocess.run([sys.executable, "-c", probe], env=env, check=True, capture_output=True)
+    assert not (pkg / "__pycache__").exists()  # the import compiled it and wrote nothing
+    subprocess.run(course.compile_command(Path(sys.executable), [pkg]), env=env, check=True)
+    (pyc,) = (pkg / "__pycache__").glob("__init__.*.pyc")
+    verbose = subprocess.run(
+        [sys.executable, "-v", "-c", probe], env=env, check=True, capture_output=True, text=True
+    )
+    assert f"matches {pkg / '__init__.py'}" in verbose.stderr  # the import read that .pyc
+    assert verbose.stdout.split()[-1] == "42"
 
 
 def test_a_prepared_environment_is_used_as_it_is(course, monkeypatch, tmp_path):
