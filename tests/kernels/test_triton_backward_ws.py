@@ -21,8 +21,11 @@ from course_utils.triton_attention.hopper import forward_ws as ws
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
 requires_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_90)")
 H200_SHARED = 232448
+# the sm_90 builds on one worker: options that resolve to one launch are compiled once there
+on_one_worker = pytest.mark.xdist_group("sm90-backward")
 
 
+@on_one_worker
 @pytest.mark.parametrize("dq_tma, stats_tma", [(True, True), (False, True), (True, False)])
 @pytest.mark.parametrize("d, block_m", [(64, 64), (64, 128), (128, 64)])
 @pytest.mark.parametrize("causal", [False, True])
@@ -43,6 +46,7 @@ def test_builds_for_sm90(d, block_m, causal, dq_tma, stats_tma):
     assert f"setmaxnreg.inc.sync.aligned.u32 \t{bws_kernel.GRAD_REGS.value}" in ptx
 
 
+@on_one_worker
 @pytest.mark.parametrize(
     "d, num_slots, dq_split, block_m, dq_lag",
     [(64, 2, False, 64, False), (64, 3, False, 64, False), (64, 2, True, 128, False),
@@ -63,6 +67,7 @@ def test_shared_bytes_is_what_the_compiler_allocates(d, num_slots, dq_split, blo
     )
 
 
+@on_one_worker
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_default_launch_builds_within_shared_memory(d, causal):
@@ -79,6 +84,8 @@ def test_the_default_launch_builds_within_shared_memory(d, causal):
                                block_m=opts["block_m"], dq_lag=opts["dq_lag"])  # fmt: skip
     compiled = bws.compile_for_sm90(d, causal)
     assert compiled.shared_bytes <= counted <= min(compiled.shared_bytes + 1024, bws.SHARED_LIMIT)
+    spelled = {key: opts[key] for key in ("num_slots", "dq_split", "block_m", "dq_lag")}
+    assert bws.compile_for_sm90(d, causal, **spelled) is compiled  # the same launch: compiled once
 
 
 @pytest.mark.parametrize(
@@ -145,6 +152,7 @@ def test_two_ds_buffers_and_three_slots_pass_shared_memory_at_d64():
     assert bws.shared_bytes(64, 2, True, dq_tma=True, block_m=128, dq_lag=True) <= bws.SHARED_LIMIT
 
 
+@on_one_worker
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d", [64, 128])
 def test_the_lagged_dq_builds_with_its_barriers(d, causal):

@@ -379,14 +379,22 @@ def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = to
                      block_m: int | None = None, dq_lag: bool | None = None):  # fmt: skip
     """Compile the kernel for sm_90 here, without a GPU (`cross_compile.compile_for`): proof on a
     CPU machine that it builds for Hopper, with its shared memory, registers and PTX. The lengths
-    count as multiples of 16, as a launch with N a multiple of 128 specializes them."""
+    count as multiples of 16, as a launch with N a multiple of 128 specializes them. Options that
+    resolve to the same launch (`launch_options`) are compiled once per process: the same
+    Compiled comes back, to be read, not changed."""
+    if d not in HEAD_DIMS or dtype not in _GL_DTYPES:
+        raise ValueError(f"d must be one of {HEAD_DIMS} and dtype float16 or bfloat16")
+    opts = launch_options(d, causal, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag)
+    return _compile_for_sm90(d, bool(causal), dtype, tuple(sorted(opts.items())))
+
+
+@functools.cache
+def _compile_for_sm90(d: int, causal: bool, dtype: torch.dtype, options: tuple):
     from triton.runtime.jit import mangle_type
 
     from course_utils.triton_attention.cross_compile import compile_for
 
-    if d not in HEAD_DIMS or dtype not in _GL_DTYPES:
-        raise ValueError(f"d must be one of {HEAD_DIMS} and dtype float16 or bfloat16")
-    opts = launch_options(d, causal, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag)
+    opts = dict(options)
     block_m, dq_tma, stats_tma = opts["block_m"], opts["dq_tma"], opts["stats_tma"]
     signature = descriptor_signature(
         d, dtype, {"q_desc": block_m, "k_desc": BLOCK_N, "v_desc": BLOCK_N, "do_desc": block_m}
