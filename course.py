@@ -16,7 +16,8 @@ The environment comes in layers (pyproject.toml's extras): `lab` installs the Nu
 the whole course. Setup is idempotent: a layer is installed once, and everything installed is
 reinstalled when pyproject.toml changes. Each step says what it installs, prints pip's own lines
 as they come (and a line at least every 10 s while pip is quiet), then its time and the size of
-.venv.
+.venv. Where Python writes no bytecode of its own (PYTHONDONTWRITEBYTECODE set, as on CI) and for
+the grader's layers (its sandbox mounts .venv read-only), set-up ends by compiling .venv once.
 
 Torch: on a Linux machine without an NVIDIA driver, torch==2.13.0 is installed first from
 PyTorch's CPU wheel index (about 0.7 GB installed instead of several GB of CUDA libraries); where
