@@ -228,8 +228,8 @@ def install_torch(py: Path, pip: list, n: int, total: int) -> None:
         sys.exit(f"installing {spec} failed; set COURSE_TORCH to a torch you can install")
 
 
-def needs_bytecode(extras: set[str]) -> bool:
-    """Whether set-up compiles every Python file of .venv once (`python -m compileall`).
+def bytecode_reason(extras: set[str]) -> str | None:
+    """Why set-up compiles every Python file of .venv once (`python -m compileall`), or None.
 
     pip installs with --no-compile: where Python writes the bytecode of what it imports (the
     student's lab), that is cheaper. Where it cannot, each process compiles every module it
@@ -238,12 +238,28 @@ def needs_bytecode(extras: set[str]) -> bool:
     thirds of its import time compiling, and grading one notebook took 21 s instead of 14 (docs/
     journal.md, "Bytecode compiled once"). So: with that variable set, or for the grader's
     layers (`course`)."""
-    return bool(os.environ.get("PYTHONDONTWRITEBYTECODE")) or "course" in extras
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return "PYTHONDONTWRITEBYTECODE is set"
+    if "course" in extras:
+        return "the grader's sandbox mounts it read-only"
+    return None
 
 
 def compile_command(py: Path, paths: list[Path]) -> list:
     """compileall over paths, on every core, quietly (it skips what is up to date)."""
     return [py, "-m", "compileall", "-qq", "-j", "0", *map(str, paths)]
+
+
+def compile_venv(py: Path, why: str, n: int, total: int) -> None:
+    """The compile step of set-up; its mark beside the stamp says it ran for what is installed.
+    A file that does not compile (a package's test data) compiles, or fails, on import."""
+    lib = VENV / ("Lib" if os.name == "nt" else "lib")
+    step(
+        f"{n}/{total} compiling .venv's Python files once ({why}: otherwise every process, each "
+        "student's kernel included, compiles every module it imports)",
+        compile_command(py, [lib, *(ROOT / p for p in REPO_PACKAGES)]),
+    )
+    STAMP.with_name(".course-compiled").write_text(setup_hash())
 
 
 def ensure_env(needs: tuple[str, ...] = NEEDS["test"]) -> Path:
@@ -257,13 +273,16 @@ def ensure_env(needs: tuple[str, ...] = NEEDS["test"]) -> Path:
         return py
     old_hash, installed = read_stamp()
     if py.exists() and old_hash == setup_hash() and set(needs) <= installed:
+        why = bytecode_reason(installed)
+        if why and not STAMP.with_name(".course-compiled").exists():  # set up before the step
+            compile_venv(py, why, 1, 1)
         return py
     extras = set(needs) | installed
     start = time.perf_counter()
     fresh = not py.exists()
     torch = bool(extras & TORCH_EXTRAS) and (fresh or not has_module(py, "torch"))
-    compile_all = needs_bytecode(extras)
-    total = int(fresh) + int(torch) + 1 + int(compile_all)
+    why = bytecode_reason(extras)
+    total = int(fresh) + int(torch) + 1 + int(why is not None)
     say(
         f"setting up the course environment in {VENV}: {', '.join(sorted(extras))} "
         "(later starts are instant)"
@@ -288,19 +307,8 @@ def ensure_env(needs: tuple[str, ...] = NEEDS["test"]) -> Path:
     )
     if code != 0:
         sys.exit("installing the course package failed (see pip's message above)")
-    if compile_all:
-        n += 1
-        lib = VENV / ("Lib" if os.name == "nt" else "lib")
-        why = (
-            "PYTHONDONTWRITEBYTECODE is set"
-            if os.environ.get("PYTHONDONTWRITEBYTECODE")
-            else "the grader's sandbox mounts it read-only"
-        )
-        step(
-            f"{n}/{total} compiling .venv's Python files once ({why}: otherwise every process, "
-            "each student's kernel included, compiles every module it imports)",
-            compile_command(py, [lib, *(ROOT / p for p in REPO_PACKAGES)]),
-        )  # a file that does not compile (a package's test data) compiles, or fails, on import
+    if why is not None:
+        compile_venv(py, why, n + 1, total)
     write_stamp(extras)
     say(f"environment ready in {time.perf_counter() - start:.0f} s, {folder_mb(VENV):,.0f} MB")
     return py

@@ -183,6 +183,12 @@ def test_the_lab_is_compiled_once_where_python_writes_no_bytecode(course, fake_s
     )
     course.ensure_env(course.NEEDS["lab"])  # installed and compiled: nothing more
     assert len(commands) == 2
+    course.STAMP.with_name(".course-compiled").unlink()  # a .venv set up before the step
+    course.ensure_env(course.NEEDS["lab"])
+    assert len(commands) == 3 and "compileall" in commands[2]  # compiled, nothing reinstalled
+    assert "1/1 compiling .venv's Python files once" in capsys.readouterr().out
+    course.ensure_env(course.NEEDS["lab"])
+    assert len(commands) == 3
 
 
 def test_compileall_writes_bytecode_even_where_imports_may_not(course, tmp_path):
