@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -158,8 +159,8 @@ def test_every_module_of_the_package_imports_stripped(stripped):
 # ---- a real kernel: verdicts here, answers there -----------------------------------------
 
 
-@pytest.fixture
-def kernel(stripped, tmp_path):
+def _start_kernel(stripped, tmp_path, timeout: float = 60):
+    """A kernel whose course_utils is the stripped package; (km, execute, channel)."""
     from jupyter_client.manager import start_new_kernel
 
     env = {**os.environ, "PYTHONPATH": str(stripped)}
@@ -172,10 +173,16 @@ def kernel(stripped, tmp_path):
 
     channel = KernelChannel(
         lambda code: kc.execute_interactive(
-            code, timeout=60, output_hook=lambda m: None, store_history=False
+            code, timeout=timeout, output_hook=lambda m: None, store_history=False
         ),
         tmp_path / "io",
     )
+    return km, execute, channel
+
+
+@pytest.fixture
+def kernel(stripped, tmp_path):
+    km, execute, channel = _start_kernel(stripped, tmp_path)
     yield execute, channel
     km.shutdown_kernel(now=True)
 
@@ -289,6 +296,41 @@ def test_a_missing_answer_and_an_unanswerable_kernel(kernel):
     dead = KernelChannel(lambda code: None, channel.io_host)  # a kernel that never answers
     with pytest.raises(RemoteError):
         run_test_cell(TEST_CELL, dead)
+
+
+@pytest.mark.notebooks
+def test_a_test_cell_is_one_request_to_the_kernel_however_many_calls(kernel):
+    """KernelChannel.serve: the check's 250-odd calls go over the serve loop's pipes, so the
+    kernel runs one execute request for the whole cell (one per call cost 10 ms each)."""
+    execute, channel = kernel
+    execute(GOOD_STATS)
+    sent = []
+    real = channel.execute
+    channel.execute = lambda code: (sent.append(code), real(code))[1]
+    assert _verdict(run_test_cell(TEST_CELL, channel)) == "pass"
+    assert len(sent) == 1 and "serve(" in sent[0], sent
+    assert not list(channel.io_host.iterdir()), "the cell left files or pipes behind"
+
+
+@pytest.mark.notebooks
+def test_a_call_that_never_returns_stops_the_cell_and_the_next_cell_is_served(stripped, tmp_path):
+    """The kernel's time limit covers the serve loop: a learner's function that hangs raises
+    RemoteError (the executor turns it into the cell's timeout), no check thread is left behind,
+    and once the kernel is interrupted the next test cell is answered as usual."""
+    import threading
+
+    km, execute, channel = _start_kernel(stripped, tmp_path, timeout=3)
+    try:
+        execute("import time\ndef online_softmax_stats(x, block):\n    time.sleep(3600)\n")
+        with pytest.raises(RemoteError):
+            run_test_cell(TEST_CELL, channel)
+        assert not [t for t in threading.enumerate() if t.name == "grader-check"]
+        km.interrupt_kernel()
+        time.sleep(0.5)
+        execute(GOOD_STATS)
+        assert _verdict(run_test_cell(TEST_CELL, channel)) == "pass"
+    finally:
+        km.shutdown_kernel(now=True)
 
 
 @pytest.mark.notebooks

@@ -7,6 +7,9 @@ needs the learner's function it asks this module, in the learner's kernel, to ca
     describe(name, response)           what the learner's global `name` is: a function, a value
     call(request, response)            instrumented_call of a learner function on the request's
                                        arguments; the CallReport (or the exception) goes back
+    serve(ask, tell, folder)           answer requests named on the pipe `ask` ("call N",
+                                       "describe N": req-N.npz in folder) until "stop", saying
+                                       "N" on `tell` when resp-N.npz is written
 
 Requests and responses are files in the wire format (_wire). Nothing here decides a verdict: the
 grader compares the returned values with its own references.
@@ -123,3 +126,22 @@ def call(request: str, response: str) -> None:
     except _wire.WireError as exc:
         message = f"TypeError: the function returned a value the check cannot read ({exc})"
         _wire.save(Path(response), {"raised": "LearnerRaised", "message": message})
+
+
+def serve(ask: str, tell: str, folder: str) -> None:
+    """Answer the grader's requests until it says "stop" (one execute request for a whole test
+    cell: graders.isolation.remote.KernelChannel.serve). A request is a line "VERB N" on the named
+    pipe `ask`; the answer is resp-N.npz in folder, then the line "N" on `tell`."""
+    base = Path(folder)
+    with open(ask, "rb", buffering=0) as requests, open(tell, "wb", buffering=0) as answers:
+        while True:
+            line = requests.readline().decode("ascii", "replace").split()
+            if not line or line[0] == "stop":
+                return
+            verb, n = line[0], line[-1]
+            req, resp = base / f"req-{n}.npz", base / f"resp-{n}.npz"
+            if verb == "describe":
+                describe(str(_wire.load(req).get("name", "")), str(resp))
+            else:
+                call(str(req), str(resp))
+            answers.write(f"{n}\n".encode())
