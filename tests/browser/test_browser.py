@@ -79,6 +79,7 @@ def lab(tmp_path_factory):
     port, token = _free_port(), "course-browser-test"
     cmd, env = _course_cli().lab_command(Path(sys.executable), root, student=True)
     cmd = [*cmd, f"--ServerApp.port={port}", f"--IdentityProvider.token={token}"]
+    cmd.append("--LabApp.expose_app_in_browser=True")  # window.jupyterapp: see the page fixture
     log = open(root.parent / "lab.log", "w")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=log, stderr=log, cwd=root)
     lab = Lab(root, port, token, proc)
@@ -112,6 +113,23 @@ def browser():
         b.close()
 
 
+@pytest.fixture(scope="module")
+def page(lab, browser):
+    """One JupyterLab page for the whole module: each notebook is opened in it by the lab's own
+    command (docmanager:open), as a student opens one from the file browser, and closed with its
+    kernel shut down after its test. Loading the lab's page took 3 to 4 s each time, twice a
+    notebook, when every notebook had a page of its own."""
+    page = browser.new_page(viewport={"width": WIDTHS[0], "height": 1000})
+    page.goto(f"{lab.base}/lab?reset&token={lab.token}")
+    page.wait_for_function(
+        "() => window.jupyterapp && window.jupyterapp.commands.hasCommand('docmanager:open')",
+        timeout=120_000,
+    )
+    page.evaluate("() => window.jupyterapp.restored")
+    yield page
+    page.close()
+
+
 # ---- helpers that run in the page ----------------------------------------------------------
 
 _PROMPTS = """() => Array.from(document.querySelectorAll('.jp-CodeCell .jp-InputPrompt'))
@@ -138,11 +156,43 @@ _LAYOUT = """(fig) => {
 }""".replace("MIN_PX", str(MIN_CONTROL_PX))
 
 
-def _open(page, lab, name: str, kernel: bool = True):
-    page.goto(lab.url(name))
+_OPEN = """async (path) => {
+    const widget = await window.jupyterapp.commands.execute('docmanager:open', {path});
+    await widget.context.ready;
+}"""
+
+_CLOSE_ALL = """() => {
+    for (const widget of Array.from(window.jupyterapp.shell.widgets('main'))) {
+        if (widget.context) { widget.context.model.dirty = false; }  // saved, or a copy
+        widget.dispose();
+    }
+}"""
+
+
+def _open(page, lab, name: str, reload: bool = False):
+    """Open notebook `name` (the only one open) and wait until its kernel is connected and idle.
+    reload: load the whole page again, as a student would after a widget error."""
+    _close_all(page, lab)
+    if reload:
+        page.goto(lab.url(name))
+    else:
+        page.evaluate(_OPEN, name)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    if kernel:  # the status bar names the kernel once it is connected and idle
-        page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=120_000)
+    # the status bar names the kernel once it is connected and idle
+    page.get_by_text("Python 3 (ipykernel) | Idle").wait_for(timeout=120_000)
+
+
+def _close_all(page, lab) -> None:
+    """Close every open document without a prompt, and shut down every kernel of the lab."""
+    page.wait_for_function("() => window.jupyterapp !== undefined", timeout=120_000)
+    page.evaluate(_CLOSE_ALL)
+    headers = {"Authorization": f"token {lab.token}"}
+    request = urllib.request.Request(f"{lab.base}/api/sessions", headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        sessions = json.loads(resp.read())
+    for session in sessions:
+        url = f"{lab.base}/api/sessions/{session['id']}"
+        urllib.request.urlopen(urllib.request.Request(url, method="DELETE", headers=headers))
 
 
 def _run_all(page, seconds: int) -> None:
@@ -275,93 +325,87 @@ def _check_layout(page, fig, label: str, width: int) -> None:
 
 
 @pytest.mark.parametrize("assignment", pipeline.assignments())
-def test_notebook_runs_in_the_browser_and_its_figures_work(lab, browser, assignment):
+def test_notebook_runs_in_the_browser_and_its_figures_work(lab, page, assignment):
     name = f"{assignment}.ipynb"
-    page = browser.new_page(viewport={"width": WIDTHS[0], "height": 1000})
-    try:
-        _open(page, lab, name)
-        start = time.perf_counter()
-        _run_all(page, RUN_ALL_SECONDS.get(assignment, 180))
-        run_all_seconds = time.perf_counter() - start
-        assert _problems(page) == [], f"{assignment} after Run All: {_problems(page)}"
-        figures = page.locator(".course-live-figure").all()
-        for k, fig in enumerate(figures):
-            label = f"{assignment}-figure{k + 1}"
-            _check_layout(page, fig, label, WIDTHS[0])
-            assert _exercise_controls(page, fig, label) > 0
-        page.set_viewport_size({"width": WIDTHS[1], "height": 1100})
-        for k, fig in enumerate(figures):
-            _check_layout(page, fig, f"{assignment}-figure{k + 1}", WIDTHS[1])
-        assert _problems(page) == [], f"{assignment} after using the figures: {_problems(page)}"
-        # save: the widget state goes into the file (the course's lab saves it)
-        page.keyboard.press("Control+s")
-        deadline = time.time() + 30
-        saved, text = {}, ""
-        while time.time() < deadline:
-            # Jupyter's server rewrites the file in place (its backup is a copy beside it), so a
-            # read during the save can see an empty or half-written file: read again
-            text = (lab.root / name).read_text()
-            try:
-                saved = json.loads(text)
-            except json.JSONDecodeError:
-                saved = {}
-            widgets = not figures or saved["metadata"].get("widgets")
-            if _saved_after_run(saved) and widgets and not _missing_models(saved):
-                break
-            time.sleep(0.5)
-        assert _saved_after_run(saved), f"{assignment}: the run was not saved in 30 s"
-        if figures:
-            assert saved.get("metadata", {}).get("widgets"), f"{assignment}: no widget state saved"
-            missing = _missing_models(saved)
-            assert not missing, f"{assignment}: figures shown without their saved state: {missing}"
-    finally:
-        page.close()
+    page.set_viewport_size({"width": WIDTHS[0], "height": 1000})
+    _open(page, lab, name)
+    start = time.perf_counter()
+    _run_all(page, RUN_ALL_SECONDS.get(assignment, 180))
+    run_all_seconds = time.perf_counter() - start
+    assert _problems(page) == [], f"{assignment} after Run All: {_problems(page)}"
+    figures = page.locator(".course-live-figure").all()
+    for k, fig in enumerate(figures):
+        label = f"{assignment}-figure{k + 1}"
+        _check_layout(page, fig, label, WIDTHS[0])
+        assert _exercise_controls(page, fig, label) > 0
+    page.set_viewport_size({"width": WIDTHS[1], "height": 1100})
+    for k, fig in enumerate(figures):
+        _check_layout(page, fig, f"{assignment}-figure{k + 1}", WIDTHS[1])
+    assert _problems(page) == [], f"{assignment} after using the figures: {_problems(page)}"
+    # save: the widget state goes into the file (the course's lab saves it)
+    page.keyboard.press("Control+s")
+    deadline = time.time() + 30
+    saved, text = {}, ""
+    while time.time() < deadline:
+        # Jupyter's server rewrites the file in place (its backup is a copy beside it), so a
+        # read during the save can see an empty or half-written file: read again
+        text = (lab.root / name).read_text()
+        try:
+            saved = json.loads(text)
+        except json.JSONDecodeError:
+            saved = {}
+        widgets = not figures or saved["metadata"].get("widgets")
+        if _saved_after_run(saved) and widgets and not _missing_models(saved):
+            break
+        time.sleep(0.5)
+    assert _saved_after_run(saved), f"{assignment}: the run was not saved in 30 s"
+    if figures:
+        assert saved.get("metadata", {}).get("widgets"), f"{assignment}: no widget state saved"
+        missing = _missing_models(saved)
+        assert not missing, f"{assignment}: figures shown without their saved state: {missing}"
     # the run's time and its graded cells' pass lines, on the file as saved (fixtures.ran)
     ran.assert_ran_quietly(saved, assignment, run_all_seconds)
     if not figures:
         return
-    # reopen a copy in a new page: the kernel JupyterLab starts has run nothing and knows no
+    # reopen a copy: the kernel JupyterLab starts has run nothing and knows no
     # widget, so every figure must come from the state saved in the file (its last picture)
     copy = f"reopened-{assignment}.ipynb"
     (lab.root / copy).write_text(text)  # the whole file that was read and parsed above
-    page = browser.new_page(viewport={"width": WIDTHS[0], "height": 1000})
-    try:
-        # ipywidgets' manager rebuilds the views from the saved state only once the notebook's
-        # new kernel is ready (it asks the kernel for its widgets first): wait for the kernel,
-        # then for the pictures (seconds on an idle machine; CI under load once met 30 s)
-        _open(page, lab, copy, kernel=True)
-        shown = page.locator(".course-live-figure img.course-picture")
+    page.set_viewport_size({"width": WIDTHS[0], "height": 1000})
+    # ipywidgets' manager rebuilds the views from the saved state only once the notebook's
+    # new kernel is ready (it asks the kernel for its widgets first): wait for the kernel,
+    # then for the pictures (seconds on an idle machine; CI under load once met 30 s)
+    _open(page, lab, copy)
+    shown = page.locator(".course-live-figure img.course-picture")
+    deadline = time.time() + 90
+    while time.time() < deadline and shown.count() < len(figures):
+        time.sleep(0.5)
+    if shown.count() < len(figures) and _problems(page):
+        # The file holds every shown model's state (checked above), yet the lab's widget
+        # manager gave up on one: under a loaded CI (29 minutes of suite) it once showed
+        # "Error displaying widget" for 07's figure, which an idle or a two-busy-loop machine
+        # never did. What a student would do, reload the page, must then show the picture.
+        _open(page, lab, copy, reload=True)
         deadline = time.time() + 90
         while time.time() < deadline and shown.count() < len(figures):
             time.sleep(0.5)
-        if shown.count() < len(figures) and _problems(page):
-            # The file holds every shown model's state (checked above), yet the lab's widget
-            # manager gave up on one: under a loaded CI (29 minutes of suite) it once showed
-            # "Error displaying widget" for 07's figure, which an idle or a two-busy-loop machine
-            # never did. What a student would do, reload the page, must then show the picture.
-            _open(page, lab, copy, kernel=True)  # loads the page again
-            deadline = time.time() + 90
-            while time.time() < deadline and shown.count() < len(figures):
-                time.sleep(0.5)
-        if shown.count() < len(figures):
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SHOTS / f"reopened-{assignment}.png"), full_page=True)
-        assert shown.count() == len(figures), (
-            f"{assignment} reopened: {shown.count()} of {len(figures)} figures, "
-            f"{page.locator('.course-live-figure').count()} figure boxes, problems "
-            f"{_problems(page)}; screenshot reopened-{assignment}.png"
-        )
-        for k in range(shown.count()):
-            img = shown.nth(k)
-            img.scroll_into_view_if_needed()
-            assert img.evaluate("i => i.naturalWidth") > 0, f"{assignment} reopened: figure {k}"
-        assert _problems(page) == [], f"{assignment} reopened: {_problems(page)}"
-        page.locator(".jp-Notebook").screenshot(path=str(SHOTS / f"{assignment}-reopened.png"))
-    finally:
-        page.close()
+    if shown.count() < len(figures):
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"reopened-{assignment}.png"), full_page=True)
+    assert shown.count() == len(figures), (
+        f"{assignment} reopened: {shown.count()} of {len(figures)} figures, "
+        f"{page.locator('.course-live-figure').count()} figure boxes, problems "
+        f"{_problems(page)}; screenshot reopened-{assignment}.png"
+    )
+    for k in range(shown.count()):
+        img = shown.nth(k)
+        img.scroll_into_view_if_needed()
+        assert img.evaluate("i => i.naturalWidth") > 0, f"{assignment} reopened: figure {k}"
+    assert _problems(page) == [], f"{assignment} reopened: {_problems(page)}"
+    page.locator(".jp-Notebook").screenshot(path=str(SHOTS / f"{assignment}-reopened.png"))
 
 
-def test_a_triton_store_without_its_mask_is_a_message_not_a_dead_kernel(lab, browser):
+def test_a_triton_store_without_its_mask_is_a_message_not_a_dead_kernel(lab, page):
     """Notebook 06's puzzle 1 in the browser, answered with the commonest Triton slip (the store
     without its mask): its "Try it" cell and its check each show the named error, and the kernel
     lives on (in Triton's interpreter that store used to write into the kernel's own memory)."""
@@ -400,17 +444,14 @@ def test_a_triton_store_without_its_mask_is_a_message_not_a_dead_kernel(lab, bro
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)"}
     name = "missing-mask.ipynb"
     nbformat.write(nb, str(lab.root / name))
-    page = browser.new_page(viewport={"width": WIDTHS[0], "height": 1000})
-    try:
-        _open(page, lab, name)
-        _run_all(page, RUN_ALL_SECONDS["06_triton_forward"])
-        outputs = page.locator(".jp-Cell .jp-OutputArea").all_inner_texts()
-        assert len(outputs) == len(sources), outputs
-        assert "✗ store-out-of-bounds: scale_tile_kernel" in outputs[4], outputs[4]
-        assert "misconception: store-unmasked" in outputs[5], outputs[5]
-        assert "kernel alive: 42" in outputs[6], outputs
-        assert page.get_by_text("Python 3 (ipykernel) | Idle").count() == 1  # not dead
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        page.locator(".jp-Notebook").screenshot(path=str(SHOTS / "06-missing-mask.png"))
-    finally:
-        page.close()
+    page.set_viewport_size({"width": WIDTHS[0], "height": 1000})
+    _open(page, lab, name)
+    _run_all(page, RUN_ALL_SECONDS["06_triton_forward"])
+    outputs = page.locator(".jp-Cell .jp-OutputArea").all_inner_texts()
+    assert len(outputs) == len(sources), outputs
+    assert "✗ store-out-of-bounds: scale_tile_kernel" in outputs[4], outputs[4]
+    assert "misconception: store-unmasked" in outputs[5], outputs[5]
+    assert "kernel alive: 42" in outputs[6], outputs
+    assert page.get_by_text("Python 3 (ipykernel) | Idle").count() == 1  # not dead
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator(".jp-Notebook").screenshot(path=str(SHOTS / "06-missing-mask.png"))
