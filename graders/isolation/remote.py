@@ -81,7 +81,7 @@ class KernelChannel:
 
     def request(self, verb: str, payload: dict | None = None) -> dict:
         n = next(self._count)
-        req, resp = f"req-{n}.npz", f"resp-{n}.npz"
+        req, resp = f"req-{n}", f"resp-{n}"
         host_req, host_resp = self.io_host / req, self.io_host / resp
         host_resp.unlink(missing_ok=True)
         _wire.save(host_req, payload or {})

@@ -8,7 +8,9 @@ kernel, the values are compared here.
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -80,13 +82,20 @@ def test_objects_that_could_run_code_do_not_travel(tmp_path):
     with pytest.raises(_wire.WireError, match="Sneaky"):
         _wire.save(tmp_path / "x.npz", Sneaky())
     # a pickled object array written by hand is refused when read, not unpickled
-    evil = np.empty(1, dtype=object)
-    evil[0] = Sneaky()
-    np.savez(
-        tmp_path / "evil.npz", __tree__=np.frombuffer(b'{"__array__": "a0"}', np.uint8), a0=evil
-    )
-    with pytest.raises(ValueError, match="allow_pickle"):
-        _wire.load(tmp_path / "evil.npz")
+    pickled = pickle.dumps(np.array([Sneaky()], dtype=object))
+    head = {"tree": {"__array__": "a0"}, "arrays": {"a0": ["|O", [1], 0, len(pickled)]}}
+    evil = json.dumps(head).encode()
+    (tmp_path / "evil").write_bytes(_wire._MAGIC + len(evil).to_bytes(8, "little") + evil + pickled)
+    with pytest.raises(_wire.WireError, match="cannot travel"):
+        _wire.load(tmp_path / "evil")
+    # so are files the wire did not write, or cut short
+    np.savez(tmp_path / "old.npz", a0=np.ones(3))
+    with pytest.raises(_wire.WireError, match="not a file of the wire format"):
+        _wire.load(tmp_path / "old.npz")
+    _wire.save(tmp_path / "whole", (np.arange(6.0), "text"))
+    (tmp_path / "cut").write_bytes((tmp_path / "whole").read_bytes()[:-8])
+    with pytest.raises(_wire.WireError, match="does not fit"):
+        _wire.load(tmp_path / "cut")
 
 
 # ---- the stripped package ----------------------------------------------------------------------

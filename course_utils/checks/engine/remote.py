@@ -8,8 +8,8 @@ needs the learner's function it asks this module, in the learner's kernel, to ca
     call(request, response)            instrumented_call of a learner function on the request's
                                        arguments; the CallReport (or the exception) goes back
     serve(ask, tell, folder)           answer requests named on the pipe `ask` ("call N",
-                                       "describe N": req-N.npz in folder) until "stop", saying
-                                       "N" on `tell` when resp-N.npz is written
+                                       "describe N": req-N in folder) until "stop", saying
+                                       "N" on `tell` when resp-N is written
 
 Requests and responses are files in the wire format (_wire). Nothing here decides a verdict: the
 grader compares the returned values with its own references.
@@ -131,7 +131,7 @@ def call(request: str, response: str) -> None:
 def serve(ask: str, tell: str, folder: str) -> None:
     """Answer the grader's requests until it says "stop" (one execute request for a whole test
     cell: graders.isolation.remote.KernelChannel.serve). A request is a line "VERB N" on the named
-    pipe `ask`; the answer is resp-N.npz in folder, then the line "N" on `tell`."""
+    pipe `ask`; the answer is resp-N in folder, then the line "N" on `tell`."""
     base = Path(folder)
     with open(ask, "rb", buffering=0) as requests, open(tell, "wb", buffering=0) as answers:
         while True:
@@ -139,7 +139,7 @@ def serve(ask: str, tell: str, folder: str) -> None:
             if not line or line[0] == "stop":
                 return
             verb, n = line[0], line[-1]
-            req, resp = base / f"req-{n}.npz", base / f"resp-{n}.npz"
+            req, resp = base / f"req-{n}", base / f"resp-{n}"
             if verb == "describe":
                 describe(str(_wire.load(req).get("name", "")), str(resp))
             else:
