@@ -204,7 +204,7 @@ def _run_all(page, seconds: int) -> None:
         busy = page.locator(".jp-Notebook-ExecutionIndicator[data-status='busy']").count()
         if prompts and not busy and all(p.startswith("[") and p[1:-2].isdigit() for p in prompts):
             return
-        time.sleep(1)
+        time.sleep(0.25)
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "run-all-timeout.png"))
     raise AssertionError(f"Run All did not finish in {seconds} s: {page.evaluate(_PROMPTS)}")

@@ -109,18 +109,31 @@ class Kernel:
         run_sync(self.kc.wait_for_ready)(timeout=60)
 
     def run(self, code: str, timeout: float = 60) -> dict:
-        """stdout, stderr and the error (ename: evalue) of running `code`."""
-        got = {"stdout": "", "stderr": "", "error": None}
+        """stdout, stderr and the error (ename: evalue) of running `code`; RuntimeError as soon as
+        the kernel dies (execute_interactive would wait out the whole timeout for its reply)."""
+        import queue
 
-        def hook(msg):
+        got = {"stdout": "", "stderr": "", "error": None}
+        msg_id = self.kc.execute(code)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                msg = self._run_sync(self.kc.get_iopub_msg)(timeout=0.25)
+            except queue.Empty:
+                if not self._run_sync(self.km.is_alive)():
+                    raise RuntimeError("the kernel died") from None
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no answer in {timeout} s") from None
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
             content = msg["content"]
             if msg["msg_type"] == "stream":
                 got[content["name"]] += content["text"]
             elif msg["msg_type"] == "error":
                 got["error"] = f"{content['ename']}: {content['evalue']}"
-
-        self._run_sync(self.kc.execute_interactive)(code, output_hook=hook, timeout=timeout)
-        return got
+            elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
+                return got
 
     def ok(self, code: str) -> str:
         got = self.run(code)
