@@ -69,6 +69,9 @@ def load_config(
     from graders.run.execute import SurvivingExecute
 
     steps = list(Autograde.class_traits()["autograde_preprocessors"].default())
+    # the graded kernel has nothing to save: killed at the end, not asked to quit (0.3 s a
+    # submission, against 0.1); its sandbox and scratch go the same way as a stuck kernel's
+    cfg.SurvivingExecute.shutdown_kernel = "immediate"
     cfg.Autograde.autograde_preprocessors = [
         SurvivingExecute if getattr(s, "__name__", "") == "Execute" else s for s in steps
     ]
