@@ -192,7 +192,9 @@ def _close_all(page, lab) -> None:
         sessions = json.loads(resp.read())
     for session in sessions:
         url = f"{lab.base}/api/sessions/{session['id']}"
-        urllib.request.urlopen(urllib.request.Request(url, method="DELETE", headers=headers))
+        delete = urllib.request.Request(url, method="DELETE", headers=headers)
+        with urllib.request.urlopen(delete, timeout=30):
+            pass
 
 
 def _run_all(page, seconds: int) -> None:

@@ -96,6 +96,12 @@ def test_objects_that_could_run_code_do_not_travel(tmp_path):
     (tmp_path / "cut").write_bytes((tmp_path / "whole").read_bytes()[:-8])
     with pytest.raises(_wire.WireError, match="does not fit"):
         _wire.load(tmp_path / "cut")
+    for meta in (["<f8", [-2, -3], 0, 48], ["<f8", [6], "0", 48], ["<f8", [6], 0.5, 48]):
+        head = json.dumps({"tree": {"__array__": "a0"}, "arrays": {"a0": meta}}).encode()
+        body = _wire._MAGIC + len(head).to_bytes(8, "little") + head + bytes(48)
+        (tmp_path / "odd").write_bytes(body)
+        with pytest.raises(_wire.WireError):
+            _wire.load(tmp_path / "odd")
 
 
 # ---- the stripped package ----------------------------------------------------------------------

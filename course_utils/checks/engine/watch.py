@@ -97,14 +97,14 @@ _LIBRARY_DIRS = tuple(
 _KINDS: dict = {}  # code object -> _frame_kind's answer (read first by the watch's hook)
 
 
-def _frame_kind(frame, _cache: dict = _KINDS) -> str:
+def _frame_kind(frame) -> str:
     """'course', 'infrastructure', 'library' or 'learner': who wrote the code a frame runs.
 
     Course code that hooks a library's internals (a counter wrapped around the interpreter's
     tl.dot) is infrastructure: its module names the hooks in `INSTRUMENTS`.
     """
     code = frame.f_code
-    kind = _cache.get(code)
+    kind = _KINDS.get(code)
     if kind is None:
         module = frame.f_globals.get("__name__", "") or ""
         filename = code.co_filename
@@ -118,7 +118,7 @@ def _frame_kind(frame, _cache: dict = _KINDS) -> str:
             kind = "library"
         else:
             kind = "learner"
-        _cache[code] = kind
+        _KINDS[code] = kind
     return kind
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import types
 from pathlib import Path
 
@@ -191,7 +192,7 @@ def _as_class(arr: np.ndarray, cls: str | None):
 
 
 _MAGIC = b"course-wire 1\n"
-_KINDS = "biufcUS"  # the array kinds a file may declare: numbers, booleans, text
+_ARRAY_KINDS = "biufcUS"  # the array kinds a file may declare: numbers, booleans, text
 
 
 def save(path: Path, value) -> None:
@@ -227,15 +228,20 @@ def load(path: Path):
     for key, meta in metas.items():
         try:
             descr, shape, offset, nbytes = meta
-            dtype = np.dtype(str(descr))
-            shape = tuple(int(n) for n in shape)
+            dtype, shape = np.dtype(str(descr)), tuple(shape)
+            if not all(type(n) is int for n in (*shape, offset, nbytes)):  # as save writes them
+                raise TypeError("its shape, offset and size must be integers")
         except (ValueError, TypeError) as exc:
             raise WireError(f"{Path(path).name}: bad array {key!r} ({exc})") from None
-        if dtype.kind not in _KINDS or dtype.hasobject or dtype.fields:
+        if dtype.kind not in _ARRAY_KINDS or dtype.hasobject or dtype.fields:
             raise WireError(f"{Path(path).name}: array {key!r} of dtype {dtype} cannot travel")
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        end = base + int(offset) + int(nbytes)
-        if int(offset) < 0 or count * dtype.itemsize != int(nbytes) or end > len(buf):
+        count = math.prod(shape)  # Python integers: no overflow to hide a size
+        if (
+            min(shape, default=0) < 0
+            or offset < 0
+            or count * dtype.itemsize != nbytes
+            or base + offset + nbytes > len(buf)
+        ):
             raise WireError(f"{Path(path).name}: array {key!r} does not fit its bytes")
-        arrays[key] = np.frombuffer(buf, dtype, count, base + int(offset)).reshape(shape)
+        arrays[key] = np.frombuffer(buf, dtype, count, base + offset).reshape(shape)
     return decode(tree, arrays)
