@@ -61,8 +61,9 @@ if TYPE_CHECKING:
 
 # Modules of course_utils a learner's function may run without calling a reference: the checks'
 # engine (the instrumentation itself, the comparisons and messages it runs beside the learner's
-# code), input validation, and the interpreter's bounds guard (it wraps Triton's own load and
-# store, so its frames run below the learner's kernel). Dotted paths, matched as prefixes.
+# code), input validation, and the interpreter's wrappers (the bounds guard wraps Triton's own
+# load and store, patch-once its language patching, so their frames run below the learner's
+# kernel). Dotted paths, matched as prefixes.
 _INFRASTRUCTURE = (
     "course_utils.checks.engine.cases",
     "course_utils.checks.engine.display",
@@ -76,6 +77,7 @@ _INFRASTRUCTURE = (
     "course_utils.checks.engine.wire",
     "course_utils._validate",
     "course_utils.harness.triton_bounds",
+    "course_utils.harness.triton_patch_once",
 )
 
 # Where the libraries live: frames of these files are neither the course's nor the learner's.
