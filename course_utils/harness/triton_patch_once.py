@@ -54,9 +54,13 @@ def _wrap_launch(call):
 def _wrap_patch_lang(patch_lang, empty_scope, lang_modules: tuple):
     """_patch_lang(fn), skipped inside a launch that has patched every module fn sees."""
 
+    every = frozenset(id(m) for m in lang_modules)
+
     @functools.wraps(patch_lang)
     def patch_once(fn):
         if getattr(_state, "depth", 0) > 0:
+            if _state.patched >= every:  # all of them: no need to read fn's globals
+                return empty_scope()
             langs = _languages(fn, lang_modules)
             if langs and langs <= _state.patched:
                 return empty_scope()
