@@ -18,7 +18,8 @@ course_utils.references (tests/harness/test_student_build.py checks it).
     triton_learner_backward  notebook 08's skeleton: tiles in and out, the learner's backward
     decode_learner           notebook 09's skeleton of the split-KV decode kernel
     triton_bounds            the interpreter's bounds guard on every load and store
-    triton_patch_once        the interpreter patches triton.language once per launch
+    triton_interpreter_speed the interpreter without re-patching per helper call or overflow
+                             checks outside debug mode (a GPU build has neither)
     triton_load_log          the loads of each launch, recorded through the bounds guard
     key_parts                notebook 02's key sets (KeyParts) handed to attention_by_parts
     capstone_backend         notebook 11's check_backend, handed to the learner's attention block

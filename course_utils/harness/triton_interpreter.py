@@ -8,18 +8,18 @@
 
 Importing this module does the switch: where there is no CUDA GPU (and not COMPILE_ONLY) it sets
 TRITON_INTERPRET=1, then installs the interpreter's bounds guard (`triton_bounds.install`), so that
-a stray tl.load or tl.store raises instead of writing anywhere, and `triton_patch_once`, so that a
-kernel's calls of its @triton.jit helpers do not patch triton.language again each time. The
-variable must be set before triton is first imported: triton.language defines some of its own
-functions (tl.max, tl.sum, ...) as compiled kernels at import, and the interpreter cannot call
-those. So every module of the course that imports triton imports this one first:
-`course_utils.triton_attention` (its __init__, before any kernel) and the harness's Triton modules
-(triton_learner, triton_learner_backward, triton_puzzles, decode_learner), whichever a notebook
-imports first. Where triton came first it refuses, with a RuntimeError that says what to do.
+a stray tl.load or tl.store raises instead of writing anywhere, and `triton_interpreter_speed`, so
+that the interpreter skips two costs a GPU build never pays. The variable must be set before triton
+is first imported: triton.language defines some of its own functions (tl.max, tl.sum, ...) as
+compiled kernels at import, and the interpreter cannot call those. So every module of the course
+that imports triton imports this one first: `course_utils.triton_attention` (its __init__, before
+any kernel) and the harness's Triton modules (triton_learner, triton_learner_backward,
+triton_puzzles, decode_learner), whichever a notebook imports first. Where triton came first it
+refuses, with a RuntimeError that says what to do.
 
-A leaf: it imports torch and, in the interpreter, triton, `triton_bounds` and `triton_patch_once`,
-nothing else of the course, so that kernels and harness modules alike may import it without an
-import circle.
+A leaf: it imports torch and, in the interpreter, triton, `triton_bounds` and
+`triton_interpreter_speed`, nothing else of the course, so that kernels and harness modules alike
+may import it without an import circle.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ if INTERPRETER and not COMPILE_ONLY and os.environ.get("TRITON_INTERPRET") != "1
 
 if os.environ.get("TRITON_INTERPRET") == "1" and not COMPILE_ONLY:
     from course_utils.harness.triton_bounds import install as _install_bounds_checks
-    from course_utils.harness.triton_patch_once import install as _install_patch_once
+    from course_utils.harness.triton_interpreter_speed import install as _install_speed
 
     _install_bounds_checks()  # a stray tl.load or tl.store raises instead of writing anywhere
-    _install_patch_once()  # a @triton.jit helper's call does not patch triton.language again
+    _install_speed()  # no re-patching per helper call, no overflow checks outside debug mode

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 # Modules of course_utils a learner's function may run without calling a reference: the checks'
 # engine (the instrumentation itself, the comparisons and messages it runs beside the learner's
 # code), input validation, and the interpreter's wrappers (the bounds guard wraps Triton's own
-# load and store, patch-once its language patching, so their frames run below the learner's
+# load and store, the speed-ups its language patching, so their frames run below the learner's
 # kernel). Dotted paths, matched as prefixes.
 _INFRASTRUCTURE = (
     "course_utils.checks.engine.cases",
@@ -77,7 +77,7 @@ _INFRASTRUCTURE = (
     "course_utils.checks.engine.wire",
     "course_utils._validate",
     "course_utils.harness.triton_bounds",
-    "course_utils.harness.triton_patch_once",
+    "course_utils.harness.triton_interpreter_speed",
 )
 
 # Where the libraries live: frames of these files are neither the course's nor the learner's.

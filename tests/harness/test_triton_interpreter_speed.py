@@ -1,13 +1,17 @@
-"""Triton's interpreter patches triton.language once per launch (harness.triton_patch_once).
+"""Triton's interpreter without re-patching per helper call or overflow checks outside debug mode
+(harness.triton_interpreter_speed).
 
 A kernel that calls a @triton.jit helper in its loop made the interpreter walk triton.language's
 modules again at every call of the helper. These tests count the walks that reach the
 interpreter's own `_patch_lang` (one per launch), and check that the kernel computes the same
-values as before: with the wrapper, without it, and in a second thread.
+values as before: with the wrapper, without it, and in a second thread. The overflow checks,
+whose result the interpreter threw away, run only where it is used: an int32 that overflows
+wraps as before, and raises where the interpreter's options say debug.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
@@ -24,7 +28,7 @@ if triton_interpreter.INTERPRETER:
     import triton.language as tl
     from triton.runtime import interpreter
 
-    from course_utils.harness import triton_patch_once
+    from course_utils.harness import triton_interpreter_speed as speed
 
     @triton.jit
     def _scaled(x, s):
@@ -58,15 +62,13 @@ def walks(monkeypatch):
         count["walks"] += 1
         return original(fn)
 
-    wrapped = triton_patch_once._wrap_patch_lang(
-        counting, interpreter._LangPatchScope, (tl, tl.core)
-    )
+    wrapped = speed._wrap_patch_lang(counting, interpreter._LangPatchScope, (tl, tl.core))
     monkeypatch.setattr(interpreter, "_patch_lang", wrapped)
     return count
 
 
 def test_it_is_installed_in_the_interpreter():
-    assert triton_patch_once.install() is True
+    assert speed.install() is True
     assert interpreter._patch_lang.__wrapped__ is not None
 
 
@@ -108,3 +110,39 @@ def test_a_launch_in_another_thread_walks_for_itself(walks):
     in_thread = walks["walks"]
     _launch(tiles=4)
     assert in_thread == walks["walks"] - in_thread, "the thread's launch skipped its own walk"
+
+
+if triton_interpreter.INTERPRETER:
+
+    @triton.jit
+    def _times(x_ptr, out_ptr, factor):
+        offs = tl.arange(0, 4)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs) * factor)
+
+
+def _int32_product(factor: int) -> torch.Tensor:
+    x = torch.full((4,), 2**20, dtype=torch.int32)
+    out = torch.zeros(4, dtype=torch.int32)
+    _times[(1,)](x, out, factor)
+    return out
+
+
+def _wrapped(value: int) -> int:
+    value %= 2**32
+    return value - 2**32 if value >= 2**31 else value
+
+
+def test_an_int32_overflow_wraps_as_before():
+    assert interpreter.interpreter_builder.options.sanitize_overflow is False
+    assert _int32_product(4096).tolist() == [_wrapped(2**20 * 4096)] * 4
+    assert _int32_product(3).tolist() == [3 * 2**20] * 4
+
+
+def test_the_checks_run_where_their_result_is_used(monkeypatch):
+    builder = interpreter.interpreter_builder
+    debug = dataclasses.replace(builder.options, debug=True)
+    monkeypatch.setattr(builder, "options", debug)
+    with pytest.raises(Exception, match="overflow"):
+        _int32_product(4096)
+    assert builder.options.sanitize_overflow is True
+    assert _int32_product(3).tolist() == [3 * 2**20] * 4
