@@ -152,6 +152,17 @@ def test_the_graders_processes_do_not_build_the_iri_grammar(program):
     assert "lark" not in imported and "rfc3987_syntax.syntax_helpers" not in imported
 
 
+def test_the_preloaded_server_renders_its_own_feedback_notebook():
+    """The server renders one notebook of its own to feedback HTML (graders/run/preload.py) so
+    that each forked process's feedback starts warm. It is only a head start, so the server
+    goes on where it fails: this test is what says it still works (nbgrader's template, its
+    stylesheet and its grades all found)."""
+    import graders.run.preload as preload
+
+    html = preload._warm_feedback()
+    assert "warm-up" in html and "Score: 1.0 / 2.0" in html and "bootstrap" in html.lower()
+
+
 def _broken_job(tmp_path) -> dict:
     """A job whose grading process fails at once: its template does not exist."""
     nb = tmp_path / "in" / f"{ASSIGNMENT}.ipynb"
