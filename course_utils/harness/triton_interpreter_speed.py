@@ -21,6 +21,7 @@ without the costs a GPU never pays"):
     install()     both, once per process (harness.triton_interpreter calls it in interpreter
                   mode); False where this Triton's interpreter lacks what it changes (then it
                   is left as it is)
+    uninstall()   the interpreter as Triton ships it again (benchmarks.interpreter times both)
 
 Nothing a kernel computes or raises changes: the same NumPy versions of the same builtins run, and
 an int32 that overflows wraps, as before (and as on a GPU outside debug mode). The bounds guard
@@ -39,7 +40,7 @@ import dataclasses
 import functools
 import threading
 
-__all__ = ["install"]
+__all__ = ["install", "uninstall"]
 
 _state = threading.local()  # per thread: depth of running launches, ids of patched modules
 
@@ -72,6 +73,7 @@ def _wrap_launch(call, builder):
         finally:
             _state.depth = depth
 
+    launch.course_speed = True  # uninstall() unwraps only its own wrapper
     return launch
 
 
@@ -126,4 +128,24 @@ def install() -> bool:
     executor.__call__ = _wrap_launch(executor.__call__, builder)
     _checks_only_when_used(builder)
     interpreter._course_speed_installed = True
+    return True
+
+
+def uninstall() -> bool:
+    """Undo install(): Triton's own _patch_lang and launcher, the overflow checks on. True when
+    something was undone."""
+    try:
+        from triton.runtime import interpreter
+    except Exception:
+        return False
+    if not getattr(interpreter, "_course_speed_installed", False):
+        return False
+    interpreter._patch_lang = interpreter._patch_lang.__wrapped__
+    executor = interpreter.GridExecutor
+    if not getattr(executor.__call__, "course_speed", False):
+        return False  # something wrapped the launcher after install(): leave it as it is
+    executor.__call__ = executor.__call__.__wrapped__
+    builder = interpreter.interpreter_builder
+    builder.options = dataclasses.replace(builder.options, sanitize_overflow=True)
+    interpreter._course_speed_installed = False
     return True

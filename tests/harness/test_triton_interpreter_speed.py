@@ -146,3 +146,15 @@ def test_the_checks_run_where_their_result_is_used(monkeypatch):
         _int32_product(4096)
     assert builder.options.sanitize_overflow is True
     assert _int32_product(3).tolist() == [3 * 2**20] * 4
+
+
+def test_uninstall_gives_back_the_interpreter_as_shipped():
+    try:
+        assert speed.uninstall() is True
+        assert not hasattr(interpreter._patch_lang, "__wrapped__")
+        assert interpreter.interpreter_builder.options.sanitize_overflow is True
+        assert speed.uninstall() is False  # nothing left to undo
+        assert _int32_product(3).tolist() == [3 * 2**20] * 4  # still launches (bounds guard on)
+    finally:
+        assert speed.install() is True
+    assert interpreter.interpreter_builder.options.sanitize_overflow is False
