@@ -19,17 +19,27 @@ Everything else is stubbed. No module of those may compute an answer (tests/harn
 test_student_build.py checks that none imports course_utils.references).
 
     build(dest, assignment) -> dest/course_utils
+
+A notebook's demonstrations call that code too (the reference beside the learner's answer, a
+figure, a check run by hand), so in a graded run they fail. `note_course_code` turns those
+failures, in the cells nbgrader does not grade, into one plain line of the autograded notebook,
+so that the feedback a student gets shows no error that is not theirs:
+
+    note_course_code(nb) -> cells changed
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 from pathlib import Path
 
 from graders.authoring.course import REPO
 
 PACKAGE = REPO / "course_utils"
+
+UNAVAILABLE = "course code, not available while a notebook is graded"  # in every stub's error
 
 # Folders copied whole, relative to the package: no answer in them.
 WHOLE_FOLDERS = ("harness/", "checks/engine/")
@@ -103,8 +113,7 @@ def strip_module(source: str, module: str, keep: set[str]) -> str:
         "def _stub(name):\n"
         "    def unavailable(*args, **kwargs):\n"
         "        raise _ReferenceUnavailable(\n"
-        f"            f'{module}.{{name}} (course code, not available while a notebook is "
-        "graded)'\n"
+        f"            f'{module}.{{name}} ({UNAVAILABLE})'\n"
         "        )\n"
         "    unavailable.__name__ = unavailable.__qualname__ = name\n"
         f"    unavailable.__module__ = {module!r}\n"
@@ -157,3 +166,63 @@ def build(dest: Path, assignment: str | None = None, package: Path = PACKAGE) ->
         keep = extra.get(rel, set())
         target.write_text(strip_module(path.read_text(), module, keep))
     return out
+
+
+_STUBBED = re.compile(r"(course_utils\.[\w.]+) \(" + re.escape(UNAVAILABLE) + r"\)")
+NOTE_CALLS = (
+    "Not run while grading: this cell calls the course's own code ({name}), which the grader "
+    "does not load. It runs in your notebook.\n"
+)
+NOTE_AFTER = (
+    "Not run while grading: it needs what a cell above computes with the course's own code. "
+    "It runs in your notebook.\n"
+)
+
+
+# What a later cell raises when an earlier one failed before defining what it uses
+KNOCK_ON = {"NameError", "UnboundLocalError", "KeyError", "ExerciseNotReady"}
+
+
+def note_course_code(nb) -> int:
+    """Replace, in the code cells nbgrader does not grade, each error that a stub raised (or a
+    printed line that quotes one: a demo that caught it), and each later error that follows
+    from it (KNOCK_ON: a name or key the failed cell never defined), by one plain line that
+    says so. An error before the first stub's, or of another kind, is the notebook's own and
+    stays; graded cells (answers, tests, tasks) are never touched, so no score changes.
+    Returns the number of cells changed."""
+    import nbformat
+
+    stubbed, changed = False, 0
+    for cell in nb.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        graded = meta.get("grade") or meta.get("solution") or meta.get("task")
+        outputs = cell.get("outputs", [])
+        touched = False
+        for i, out in enumerate(outputs):
+            kind = out.get("output_type")
+            if kind == "stream":  # a demo that caught the stub's error and printed it
+                text = out.get("text", "")
+                found = _STUBBED.search(text if isinstance(text, str) else "".join(text))
+                if found and not graded:
+                    stubbed = touched = True
+                    outputs[i] = nbformat.v4.new_output(
+                        "stream", name="stdout", text=NOTE_CALLS.format(name=found.group(1))
+                    )
+                continue
+            if kind != "error":
+                continue
+            found = _STUBBED.search(f"{out.get('ename', '')}: {out.get('evalue', '')}")
+            if found:
+                stubbed = True
+                note = NOTE_CALLS.format(name=found.group(1))
+            elif stubbed and out.get("ename") in KNOCK_ON:
+                note = NOTE_AFTER
+            else:
+                continue
+            if not graded:
+                outputs[i] = nbformat.v4.new_output("stream", name="stdout", text=note)
+                touched = True
+        changed += touched
+    return changed

@@ -233,6 +233,7 @@ def grade_one(job: dict) -> dict:
     graded_nb = nbformat.read(graded_nb_path, 4)
     for gid in truncate_outputs(graded_nb):
         result["problems"].append(f"cell {gid}: very long output, cut in the feedback")
+    student_build.note_course_code(graded_nb)  # demos that needed the stripped course code
     graded_nb_path.chmod(0o644)  # nbgrader leaves it read-only: only a root grader could write it
     nbformat.write(graded_nb, str(graded_nb_path))
     # the autograded notebook goes back to the client, which files it in the instructor's

@@ -136,3 +136,64 @@ def test_a_reference_is_a_stub_whose_source_is_gone(built):
         "stub tile_kinds",
         "CountingMemory",
     ], out.stdout
+
+
+def _nb(*cells):
+    import nbformat
+
+    v4 = nbformat.v4
+    nb = v4.new_notebook()
+    for grade_id, outputs in cells:
+        cell = v4.new_code_cell("x")
+        if grade_id:
+            cell.metadata["nbgrader"] = {"grade_id": grade_id, "grade": True, "solution": False}
+        cell.outputs = [
+            v4.new_output("error", ename=ename, evalue=evalue, traceback=[])
+            for ename, evalue in outputs
+        ]
+        nb.cells.append(cell)
+    return nb
+
+
+def _stub_error(name="course_utils.references.attention.attention_reference"):
+    return ("ReferenceUnavailable", f"{name} ({student_build.UNAVAILABLE})")
+
+
+def test_a_stubs_error_and_what_follows_from_it_become_one_line():
+    nb = _nb(
+        (None, [("ZeroDivisionError", "division by zero")]),  # the notebook's own, before: kept
+        (None, [_stub_error()]),
+        (None, [("NameError", "name 'out' is not defined")]),  # follows from the stub's
+        ("f_tests", [_stub_error()]),  # a graded cell: never touched
+        (None, [("ValueError", "bad shape")]),  # another kind: the learner's own, kept
+        (None, [("ExerciseNotReady", f"exercise 1 ({_stub_error()[1]})")]),
+    )
+    assert student_build.note_course_code(nb) == 3
+    kinds = [[o.get("ename") or o.get("text") for o in c.outputs] for c in nb.cells]
+    assert kinds[0] == ["ZeroDivisionError"] and kinds[4] == ["ValueError"]
+    assert kinds[3] == ["ReferenceUnavailable"]
+    assert "(course_utils.references.attention.attention_reference)" in kinds[1][0]
+    assert kinds[2][0] == student_build.NOTE_AFTER
+    assert kinds[5][0].startswith("Not run while grading: this cell calls the course's own code")
+
+
+def test_the_stubs_raise_the_message_the_note_looks_for(tmp_path):
+    source = "def attention_reference(q, k, v):\n    return q\n"
+    stubbed = student_build.strip_module(source, "course_utils.references.attention", set())
+    namespace = {}
+    exec(compile(stubbed, "stub", "exec"), namespace)
+    with pytest.raises(Exception) as raised:
+        namespace["attention_reference"](1, 2, 3)
+    nb = _nb((None, [(type(raised.value).__name__, str(raised.value))]))
+    assert student_build.note_course_code(nb) == 1
+
+
+def test_a_demo_that_printed_the_stubs_error_is_noted_too():
+    import nbformat
+
+    nb = _nb((None, []))
+    said = f"This Triton cannot build the kernel: ReferenceUnavailable: {_stub_error()[1]}\n"
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=said)]
+    assert student_build.note_course_code(nb) == 1
+    assert nb.cells[0].outputs[0]["text"].startswith("Not run while grading")
+    assert student_build.UNAVAILABLE not in nb.cells[0].outputs[0]["text"]
