@@ -7,7 +7,7 @@ submission (1.9 s of imports at the worker's top level and 1.6 s more inside gra
 cores; journal, "Grading processes forked from a preloaded server"). It also renders one notebook
 of its own, written here, to feedback HTML: what nbconvert sets up lazily on its first export
 (Pygments' lexers, the Markdown parser, the HTML sanitizer, compiled regular expressions) is then
-set up once, and each graded process's feedback takes about a quarter less (journal, "Triton's
+set up once, and each graded process's feedback takes about a third less (journal, "Triton's
 interpreter without the costs a GPU never pays"). No student code and no submission ever runs in
 the server, so every forked process starts as clean as a new one. The server listens in this
 grader's own temporary folder (a socket the sandboxed kernel cannot reach: it has a /tmp of its own
@@ -39,15 +39,13 @@ for _module in pkgutil.iter_modules(course_utils.checks.__path__, "course_utils.
 
 def _warm_feedback() -> str:
     """Render a small notebook of the server's own (markdown with math, code, a stream, an ANSI
-    traceback, a picture, HTML) with the exporter nbgrader's generate_feedback uses; the HTML."""
-    import os
+    traceback, a picture, HTML) with the exporter nbgrader's generate_feedback configures (its
+    template, stylesheet and CSS preprocessor); the HTML."""
+    import tempfile
 
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-    from nbgrader.converters import generate_feedback
+    from nbgrader.coursedir import CourseDirectory
 
-    formgrader = os.path.join(
-        os.path.dirname(generate_feedback.__file__), "..", "server_extensions", "formgrader"
-    )
     png = (
         "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJ"
         "RU5ErkJggg=="
@@ -73,12 +71,9 @@ def _warm_feedback() -> str:
     text = v4.new_markdown_cell("# Warm-up\n\nThe row sum $\\ell_i = \\sum_j e^{s_{ij}}$.")
     nb = v4.new_notebook(cells=[text, answer, test])
     grades = {"notebook": "warm-up", "score": 1.0, "max_score": 2.0, "late_penalty": 0.0}
-    css = os.path.join(formgrader, "static", "node_modules", "bootstrap", "dist", "css")
-    exporter = HTMLExporter(
-        template_name="feedback",
-        extra_template_basedirs=[os.path.abspath(os.path.join(formgrader, "templates"))],
-        extra_template_paths=[os.path.abspath(css)],
-    )
+    with tempfile.TemporaryDirectory(prefix="fa-warm-up-") as root:
+        converter = GenerateFeedback(coursedir=CourseDirectory(root=root))
+    exporter = HTMLExporter(config=converter.config)
     exporter.register_preprocessor(CSSHTMLHeaderPreprocessor, enabled=True)
     html, _ = exporter.from_notebook_node(nb, resources={"nbgrader": grades})
     return html
