@@ -40,9 +40,9 @@ if variant == "as shipped" and not speed.uninstall():
 if workload == "training":
     from course_utils.references import gpt
     text = gpt.make_corpus()
-    data = gpt.CharTokenizer(text).encode(text)
-    vocab = len(set(text))
-    config = gpt.GPTConfig(vocab_size=vocab, n_layers=2, n_heads=2, d_model=32, context=32)
+    tok = gpt.CharTokenizer(text)
+    data = tok.encode(text)
+    config = gpt.GPTConfig(vocab_size=tok.vocab_size, n_layers=2, n_heads=2, d_model=32, context=32)
     def train(attention):
         model = gpt.GPT(config, attention=attention, seed=0)
         return gpt.train(model, data, count, batch_size=4, seed=0, autocast=None)

@@ -43,6 +43,7 @@ import threading
 __all__ = ["install", "uninstall"]
 
 _state = threading.local()  # per thread: depth of running launches, ids of patched modules
+_ours: dict[str, object] = {}  # the wrappers install() put in place: uninstall() takes only those
 
 
 def _languages(fn, lang_modules: tuple) -> frozenset[int]:
@@ -73,7 +74,6 @@ def _wrap_launch(call, builder):
         finally:
             _state.depth = depth
 
-    launch.course_speed = True  # uninstall() unwraps only its own wrapper
     return launch
 
 
@@ -124,8 +124,8 @@ def install() -> bool:
         or not hasattr(options, "debug")
     ):
         return False
-    interpreter._patch_lang = _wrap_patch_lang(patch_lang, scope, (tl, core))
-    executor.__call__ = _wrap_launch(executor.__call__, builder)
+    interpreter._patch_lang = _ours["patch_lang"] = _wrap_patch_lang(patch_lang, scope, (tl, core))
+    executor.__call__ = _ours["launch"] = _wrap_launch(executor.__call__, builder)
     _checks_only_when_used(builder)
     interpreter._course_speed_installed = True
     return True
@@ -133,17 +133,20 @@ def install() -> bool:
 
 def uninstall() -> bool:
     """Undo install(): Triton's own _patch_lang and launcher, the overflow checks on. True when
-    something was undone."""
+    undone; False, and nothing changed, when it is not installed or something wrapped either
+    function after install()."""
     try:
         from triton.runtime import interpreter
     except Exception:
         return False
     if not getattr(interpreter, "_course_speed_installed", False):
         return False
-    interpreter._patch_lang = interpreter._patch_lang.__wrapped__
     executor = interpreter.GridExecutor
-    if not getattr(executor.__call__, "course_speed", False):
-        return False  # something wrapped the launcher after install(): leave it as it is
+    if interpreter._patch_lang is not _ours.get("patch_lang") or (
+        executor.__call__ is not _ours.get("launch")
+    ):
+        return False
+    interpreter._patch_lang = interpreter._patch_lang.__wrapped__
     executor.__call__ = executor.__call__.__wrapped__
     builder = interpreter.interpreter_builder
     builder.options = dataclasses.replace(builder.options, sanitize_overflow=True)

@@ -158,3 +158,14 @@ def test_uninstall_gives_back_the_interpreter_as_shipped():
     finally:
         assert speed.install() is True
     assert interpreter.interpreter_builder.options.sanitize_overflow is False
+
+
+def test_uninstall_leaves_a_wrapper_it_does_not_own(monkeypatch):
+    import functools
+
+    ours = interpreter._patch_lang
+    outer = functools.wraps(ours)(lambda fn: ours(fn))
+    monkeypatch.setattr(interpreter, "_patch_lang", outer)
+    assert speed.uninstall() is False
+    assert interpreter._patch_lang is outer  # nothing half undone
+    assert interpreter.GridExecutor.__call__ is speed._ours["launch"]

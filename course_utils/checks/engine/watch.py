@@ -61,9 +61,9 @@ if TYPE_CHECKING:
 
 # Modules of course_utils a learner's function may run without calling a reference: the checks'
 # engine (the instrumentation itself, the comparisons and messages it runs beside the learner's
-# code), input validation, and the interpreter's wrappers (the bounds guard wraps Triton's own
-# load and store, the speed-ups its language patching, so their frames run below the learner's
-# kernel). Dotted paths, matched as prefixes.
+# code), input validation, and the interpreter's wrappers (the bounds guard around Triton's own
+# load and store, the speed-ups around its launcher and language patching: their frames run
+# below the learner's kernel). Dotted paths, matched as prefixes.
 _INFRASTRUCTURE = (
     "course_utils.checks.engine.cases",
     "course_utils.checks.engine.display",
