@@ -204,20 +204,16 @@ def note_course_code(nb) -> int:
             kind = out.get("output_type")
             if kind == "stream":  # a demo that caught the stub's error and printed it
                 text = out.get("text", "")
-                found = _STUBBED.search(text if isinstance(text, str) else "".join(text))
-                if found and not graded:
-                    stubbed = touched = True
-                    outputs[i] = nbformat.v4.new_output(
-                        "stream", name="stdout", text=NOTE_CALLS.format(name=found.group(1))
-                    )
+                said = text if isinstance(text, str) else "".join(text)
+            elif kind == "error":
+                said = f"{out.get('ename', '')}: {out.get('evalue', '')}"
+            else:
                 continue
-            if kind != "error":
-                continue
-            found = _STUBBED.search(f"{out.get('ename', '')}: {out.get('evalue', '')}")
+            found = _STUBBED.search(said)
             if found:
                 stubbed = True
                 note = NOTE_CALLS.format(name=found.group(1))
-            elif stubbed and out.get("ename") in KNOCK_ON:
+            elif stubbed and kind == "error" and out.get("ename") in KNOCK_ON:
                 note = NOTE_AFTER
             else:
                 continue
