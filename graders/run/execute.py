@@ -19,6 +19,7 @@ With `sandboxed` (config), the kernel runs in graders.isolation.sandbox's bubble
 
 from __future__ import annotations
 
+import shutil
 import signal
 
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
@@ -70,7 +71,12 @@ class SurvivingExecute(Execute):
 
     def preprocess(self, nb, resources=None, km=None):
         self._stopped = None
-        return super().preprocess(nb, resources, km)
+        try:
+            return super().preprocess(nb, resources, km)
+        finally:  # the verdicts' folder outside a sandbox (a sandbox's goes with its scratch)
+            io_dir, self._io_dir = getattr(self, "_io_dir", None), None
+            if io_dir is not None:
+                shutil.rmtree(io_dir, ignore_errors=True)
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":

@@ -17,6 +17,7 @@ import copy
 import csv
 import importlib.util
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -319,7 +320,11 @@ def real_class(tmp_path_factory):
         cmd = [sys.executable, "-m", "graders", "grade", str(folder / "submitted")]
         cmd += ["--out", str(folder / "graded"), "--jobs", str(once.grading_jobs())]
         cmd += ["--timeout", str(bank.TIMEOUT_FOR_BANK), "--unsafe-no-sandbox"]
-        proc = subprocess.run(cmd, cwd=pipeline.REPO, capture_output=True, text=True, timeout=1200)
+        (folder / "tmp").mkdir()  # the grader's temporary folders, looked at below
+        env = {**os.environ, "TMPDIR": str(folder / "tmp")}
+        proc = subprocess.run(
+            cmd, cwd=pipeline.REPO, env=env, capture_output=True, text=True, timeout=1200
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     out = once.built_once(tmp_path_factory, "report-class", build) / "graded"
@@ -327,6 +332,15 @@ def real_class(tmp_path_factory):
         json.loads(p.read_text(encoding="utf-8")) for p in sorted(out.glob("results/*/*.json"))
     ]
     return out, results
+
+
+def test_grading_without_a_sandbox_leaves_no_temporary_folder(real_class):
+    """The verdicts' exchange folder of each unsandboxed kernel is removed with its notebook (each
+    graded notebook used to leave one behind in /tmp)."""
+    out, results = real_class
+    assert results
+    left = sorted(p.name for p in (out.parent / "tmp").iterdir() if p.name.startswith("fa-"))
+    assert left == []
 
 
 def _grades_csv(out: Path) -> list[dict]:
