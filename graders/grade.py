@@ -44,7 +44,7 @@ from pathlib import Path
 from graders.intake.submissions import Submission, attach_submission_info, discover
 from graders.run import cluster, pipeline
 from graders.run.template import cached_template, release_hash
-from graders.run.worker import result_path, sha256
+from graders.run.worker import preload_for, result_path, sha256
 
 DEFAULT_MEMORY_GB = 6.0
 MISSING = "missing"  # the status of a rostered student's assignment with no submission
@@ -141,8 +141,10 @@ def grade(
         if todo
         else (None, {r["assignment"]: r["max_score"] for r in results}, {})
     )
+    preload = preload_for(template, wanted) if todo else []
     tasks = [
         {
+            "preload": preload,  # what the grading processes' server imports once
             "student": sub.student,
             "assignment": sub.assignment,
             "source": str(sub.path),

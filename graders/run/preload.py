@@ -8,10 +8,11 @@ cores; journal, "Grading processes forked from a preloaded server"). It also ren
 of its own, written here, to feedback HTML: what nbconvert sets up lazily on its first export
 (Pygments' lexers, the Markdown parser, the HTML sanitizer, compiled regular expressions) is then
 set up once, and each graded process's feedback takes about a third less (journal, "Triton's
-interpreter without the costs a GPU never pays"). No student code and no submission ever runs in
-the server, so every forked process starts as clean as a new one. The server listens in this
-grader's own temporary folder (a socket the sandboxed kernel cannot reach: it has a /tmp of its own
-and no network namespace in common).
+interpreter without the costs a GPU never pays"). A run with a released notebook that imports torch
+has the server import torch too (graders.run.worker.preload_for). No student code and no
+submission ever runs in the server, so every forked process starts as clean as a new one. The
+server listens in this grader's own temporary folder (a socket the sandboxed kernel cannot reach:
+it has a /tmp of its own and no network namespace in common).
 """
 
 from graders.run import pipeline

@@ -163,6 +163,43 @@ def test_the_preloaded_server_renders_its_own_feedback_notebook():
     assert "warm-up" in html and "Score: 1.0 / 2.0" in html and "bootstrap" in html.lower()
 
 
+def test_the_server_preloads_torch_for_a_run_with_a_torch_notebook_and_only_then():
+    """A run with a released notebook that imports torch has its grading processes' server
+    import torch once (their checks import it: 1.6 s a process otherwise); a run of numpy
+    notebooks alone does not pay for it. The released notebooks as nbgrader wrote them."""
+    from graders.run.worker import preload_for
+
+    numpy_notebooks = [a for a in pipeline.assignments() if a < "06"]
+    torch_notebooks = [a for a in pipeline.assignments() if a >= "06"]
+    assert numpy_notebooks and torch_notebooks
+    assert preload_for(pipeline.REPO, numpy_notebooks) == []
+    for a in torch_notebooks:
+        assert preload_for(pipeline.REPO, [ASSIGNMENT, a]) == ["torch"], a
+    assert preload_for(pipeline.REPO / "no-such-template", torch_notebooks) == []
+
+
+@pytest.mark.parametrize("extra", [[], ["torch"]])
+def test_a_forked_grading_process_starts_with_what_its_server_preloaded(tmp_path, extra):
+    """The first Process of a program starts the server with that list; the process forked from
+    it finds those modules imported without importing them itself."""
+    import subprocess
+    import sys
+
+    seen = tmp_path / "seen.txt"
+    program = (
+        "from graders.run import worker\n"
+        f"ctx = worker._forkserver({extra!r})\n"
+        "code = \"import sys; open(%r, 'w').write(str('torch' in sys.modules))\"\n"
+        f"p = ctx.Process(target=exec, args=(code % {str(seen)!r},))\n"
+        "p.start(); p.join(); raise SystemExit(p.exitcode)\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", program], cwd=pipeline.REPO, capture_output=True, text=True
+    )
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert seen.read_text() == str(bool(extra))
+
+
 def _broken_job(tmp_path) -> dict:
     """A job whose grading process fails at once: its template does not exist."""
     nb = tmp_path / "in" / f"{ASSIGNMENT}.ipynb"
