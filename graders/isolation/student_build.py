@@ -2,10 +2,11 @@
 
 While a submission is graded, its kernel imports a copy of course_utils in which every function
 that computes an exercise's answer (the references, the figures, the checks' own cases, replays
-and private helpers, the Triton kernels) is a stub that raises ReferenceUnavailable, and whose
-source is not there to read (no `inspect.getsource` then `exec`). Names stay importable (a
-stubbed module keeps its imports), so a notebook's imports work and only a call into an answer
-fails, named `calls-reference` by the check.
+and private helpers, the Triton kernels) is a stub that raises ReferenceUnavailable when it is
+called or one of its attributes is read (a kernel's `.fn`), and whose source is not there to
+read (no `inspect.getsource` then `exec`). Names stay importable (a stubbed module keeps its
+imports), so a notebook's imports work and only a call into an answer fails, named
+`calls-reference` by the check.
 
 One rule, by folder, so that adding an exercise never touches this file. Copied whole:
 
@@ -110,6 +111,21 @@ def strip_module(source: str, module: str, keep: set[str]) -> str:
     body.append(
         "from course_utils.checks.engine.failures import ReferenceUnavailable"
         " as _ReferenceUnavailable\n\n"
+        "class _Stub:\n"
+        '    """Calls the stub function it wraps; reading a public attribute (a kernel\'s .fn\n'
+        '    or .src) raises the same error. inspect follows __wrapped__ to that function."""\n'
+        "    def __init__(self, function):\n"
+        "        self.__wrapped__ = function\n"
+        "        self.__name__ = self.__qualname__ = function.__name__\n"
+        "        self.__module__ = function.__module__\n"
+        "    def __call__(self, *args, **kwargs):\n"
+        "        return self.__wrapped__(*args, **kwargs)\n"
+        "    def __getattr__(self, attr):\n"
+        "        if attr.startswith('_'):  # Python's and IPython's own probes: as for any object\n"
+        "            raise AttributeError(attr)\n"
+        "        raise _ReferenceUnavailable(\n"
+        f"            f'{module}.{{self.__name__}}.{{attr}} ({UNAVAILABLE})'\n"
+        "        )\n\n"
         "def _stub(name):\n"
         "    def unavailable(*args, **kwargs):\n"
         "        raise _ReferenceUnavailable(\n"
@@ -117,7 +133,7 @@ def strip_module(source: str, module: str, keep: set[str]) -> str:
         "        )\n"
         "    unavailable.__name__ = unavailable.__qualname__ = name\n"
         f"    unavailable.__module__ = {module!r}\n"
-        "    return unavailable"
+        "    return _Stub(unavailable)"
     )
     done: set[int] = set()
     for stmt in tree.body:

@@ -306,8 +306,8 @@ def test_a_full_marks_students_feedback_shows_no_error_of_the_graders(graded):
     """The demonstrations of every notebook call the course's own code, which the graded kernel
     does not have (graders/isolation/student_build.py): each of those cells, and each that
     needed what one of them computes, is one plain line in the autograded notebook and its
-    feedback, not a traceback of ReferenceUnavailable or a NameError that follows from it."""
-    from graders.isolation import student_build
+    feedback, not a traceback of ReferenceUnavailable, an AttributeError of a stub's kernel (its
+    `.fn`), or a NameError that follows from one: a full solution's notebook shows no error."""
 
     full = [e for e in graded.entries if e.name == "full"]
     assert len(full) == len(pipeline.assignments())
@@ -317,9 +317,8 @@ def test_a_full_marks_students_feedback_shows_no_error_of_the_graders(graded):
         nb = nbformat.read(graded.out / res["autograded"], as_version=4)
         for cell in nb.cells:
             for out in cell.get("outputs", []):
-                if out.get("output_type") == "error":
-                    assert student_build.UNAVAILABLE not in out.get("evalue", ""), (entry, out)
-                    assert out["ename"] not in student_build.KNOCK_ON, (entry.assignment, out)
+                # a full solution's own cells raise nothing: every error is the grader's
+                assert out.get("output_type") != "error", (entry.assignment, out)
                 notes += out.get("text", "").startswith("Not run while grading")
         page = (graded.out / res["feedback"]).read_text(encoding="utf-8")
         assert "ReferenceUnavailable" not in page, entry.assignment

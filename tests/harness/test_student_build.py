@@ -9,6 +9,7 @@ re-exports.
 from __future__ import annotations
 
 import ast
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -184,8 +185,18 @@ def test_the_stubs_raise_the_message_the_note_looks_for(tmp_path):
     exec(compile(stubbed, "stub", "exec"), namespace)
     with pytest.raises(Exception) as raised:
         namespace["attention_reference"](1, 2, 3)
-    nb = _nb((None, [(type(raised.value).__name__, str(raised.value))]))
-    assert student_build.note_course_code(nb) == 1
+    with pytest.raises(Exception) as read:  # a kernel's .fn, as a demo prints its source
+        namespace["attention_reference"].fn  # noqa: B018
+    nb = _nb(*[(None, [(type(e.value).__name__, str(e.value))]) for e in (raised, read)])
+    assert student_build.note_course_code(nb) == 2
+    assert (
+        "(course_utils.references.attention.attention_reference.fn)" in nb.cells[1].outputs[0].text
+    )
+    # what Python, IPython and inspect ask of any object still works
+    stub = namespace["attention_reference"]
+    assert not hasattr(stub, "_repr_html_") and not hasattr(stub, "__signature__")
+    assert str(inspect.signature(stub)) == "(*args, **kwargs)"
+    assert stub.__name__ == "attention_reference"
 
 
 def test_a_demo_that_printed_the_stubs_error_is_noted_too():
