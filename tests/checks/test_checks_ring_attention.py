@@ -814,4 +814,5 @@ def test_grading_names_course_calls_and_channels_inside_ranks(tmp_path):
         found = verdict()
         assert "bypasses-comm" in found and "all_gather_object" in found, found
     finally:
+        kc.stop_channels()  # its sockets closed here, not by the garbage collector later
         km.shutdown_kernel(now=True)

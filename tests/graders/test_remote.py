@@ -175,7 +175,7 @@ def test_every_module_of_the_package_imports_stripped(stripped):
 
 
 def _start_kernel(stripped, tmp_path, timeout: float = 60):
-    """A kernel whose course_utils is the stripped package; (km, execute, channel)."""
+    """A kernel whose course_utils is the stripped package; (km, kc, execute, channel)."""
     from jupyter_client.manager import start_new_kernel
 
     env = {**os.environ, "PYTHONPATH": str(stripped)}
@@ -192,13 +192,14 @@ def _start_kernel(stripped, tmp_path, timeout: float = 60):
         ),
         tmp_path / "io",
     )
-    return km, execute, channel
+    return km, kc, execute, channel
 
 
 @pytest.fixture
 def kernel(stripped, tmp_path):
-    km, execute, channel = _start_kernel(stripped, tmp_path)
+    km, kc, execute, channel = _start_kernel(stripped, tmp_path)
     yield execute, channel
+    kc.stop_channels()  # its sockets closed here, not by the garbage collector later
     km.shutdown_kernel(now=True)
 
 
@@ -334,7 +335,7 @@ def test_a_call_that_never_returns_stops_the_cell_and_the_next_cell_is_served(st
     and once the kernel is interrupted the next test cell is answered as usual."""
     import threading
 
-    km, execute, channel = _start_kernel(stripped, tmp_path, timeout=3)
+    km, kc, execute, channel = _start_kernel(stripped, tmp_path, timeout=3)
     try:
         execute("import time\ndef online_softmax_stats(x, block):\n    time.sleep(3600)\n")
         with pytest.raises(RemoteError):
@@ -345,6 +346,7 @@ def test_a_call_that_never_returns_stops_the_cell_and_the_next_cell_is_served(st
         execute(GOOD_STATS)
         assert _verdict(run_test_cell(TEST_CELL, channel)) == "pass"
     finally:
+        kc.stop_channels()  # its sockets closed here, not by the garbage collector later
         km.shutdown_kernel(now=True)
 
 
