@@ -61,6 +61,9 @@ class SurvivingExecute(Execute):
     ).tag(config=True)
 
     _stopped: str | None = None  # why later cells are not run
+    _io_dir = (
+        None  # the verdicts' folder of a kernel outside a sandbox, made at its first test cell
+    )
 
     def create_kernel_manager(self):
         if self.sandboxed:
@@ -74,7 +77,7 @@ class SurvivingExecute(Execute):
         try:
             return super().preprocess(nb, resources, km)
         finally:  # the verdicts' folder outside a sandbox (a sandbox's goes with its scratch)
-            io_dir, self._io_dir = getattr(self, "_io_dir", None), None
+            io_dir, self._io_dir = self._io_dir, None
             if io_dir is not None:
                 shutil.rmtree(io_dir, ignore_errors=True)
 
@@ -143,7 +146,7 @@ class SurvivingExecute(Execute):
         if scratch is not None:  # the sandbox's folder that the kernel sees at the same path
             io_dir = Path(scratch) / "conn" / "grader"
         else:
-            if getattr(self, "_io_dir", None) is None:
+            if self._io_dir is None:
                 self._io_dir = Path(tempfile.mkdtemp(prefix="fa-grader-io-"))
             io_dir = self._io_dir
         try:

@@ -41,6 +41,7 @@ from graders.intake.submissions import (  # noqa: E402
     find_tampering,
     is_untouched,
     read_submission,
+    source_text,
     truncate_outputs,
 )
 
@@ -109,7 +110,7 @@ def _run_graded_process(job: dict, log: str, wall_seconds: float) -> int | None:
 
     forks = "forkserver" in multiprocessing.get_all_start_methods()
     if forks and not multiprocessing.current_process().daemon:
-        proc = _forkserver(job.get("preload", [])).Process(
+        proc = _forkserver(tuple(job.get("preload", ()))).Process(
             target=_forked,
             args=(json.dumps(job), log, dict(os.environ), str(pipeline.REPO)),
             name=f"grade {job['student']}/{job['assignment']}",
@@ -140,22 +141,24 @@ TORCH_IMPORT = re.compile(r"^[ \t]*(?:import|from)[ \t]+torch\b", re.MULTILINE)
 def preload_for(template: Path, assignments: list[str]) -> list[str]:
     """What the server imports beyond graders/run/preload.py for a run of these assignments:
     torch where a released notebook imports it (the checks of those notebooks then import it in
-    every graded process: 1.6 s of imports each, and 2.5 s less a notebook of 06 or 09 measured
-    with it preloaded), nothing for a run of numpy notebooks alone. torch only: importing it does
-    not initialise CUDA, so a forked process can still use a GPU."""
+    every graded process, 1.6 s each; a notebook of 06 or 09 graded about 2 s faster with it
+    preloaded), nothing for a run of numpy notebooks alone. torch only: it initialises CUDA
+    lazily, at first use, so a process forked after `import torch` can still use a GPU. The client
+    computes it once for the whole run (job["preload"]): the first job to start the server
+    decides for every later one."""
     for a in assignments:
         released = Path(template) / "notebooks" / a / f"{a}.ipynb"
         try:
             cells = json.loads(released.read_text(encoding="utf-8")).get("cells", [])
         except (OSError, ValueError):
             continue
-        code = (c.get("source", "") for c in cells if c.get("cell_type") == "code")
-        if any(TORCH_IMPORT.search(src if isinstance(src, str) else "".join(src)) for src in code):
+        code = (source_text(c.get("source")) for c in cells if c.get("cell_type") == "code")
+        if any(TORCH_IMPORT.search(src) for src in code):
             return ["torch"]
     return []
 
 
-def _forkserver(extra: list[str] = ()):
+def _forkserver(extra: tuple[str, ...] = ()):
     """The multiprocessing context whose server preloads graders/run/preload.py and `extra`
     (started by the first Process of this process, once: the first job's list holds)."""
     import multiprocessing

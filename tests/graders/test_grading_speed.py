@@ -172,13 +172,42 @@ def test_the_server_preloads_torch_for_a_run_with_a_torch_notebook_and_only_then
     numpy_notebooks = [a for a in pipeline.assignments() if a < "06"]
     torch_notebooks = [a for a in pipeline.assignments() if a >= "06"]
     assert numpy_notebooks and torch_notebooks
-    assert preload_for(pipeline.REPO, numpy_notebooks) == []
+    repo = pipeline.REPO  # its notebooks/ holds the releases, laid out as in a template
+    assert preload_for(repo, numpy_notebooks) == []
     for a in torch_notebooks:
-        assert preload_for(pipeline.REPO, [ASSIGNMENT, a]) == ["torch"], a
-    assert preload_for(pipeline.REPO / "no-such-template", torch_notebooks) == []
+        assert preload_for(repo, [ASSIGNMENT, a]) == ["torch"], a
+    assert preload_for(repo / "no-such-template", torch_notebooks) == []
 
 
-@pytest.mark.parametrize("extra", [[], ["torch"]])
+@pytest.mark.parametrize("second", ["02_merge_partials", "06_triton_forward"])
+def test_every_task_of_a_run_carries_the_runs_preload(tmp_path, monkeypatch, second):
+    """grade() computes the preload once for the whole run and gives it to every task: whichever
+    task starts the server (the first of any worker), a run with notebook 06 in it preloads torch.
+    The class is two released notebooks as nbgrader wrote them; the template, the release itself."""
+    if second not in pipeline.assignments():
+        pytest.skip(f"{second} missing")
+    for a in (ASSIGNMENT, second):
+        folder = tmp_path / "submitted" / "ada" / a
+        folder.mkdir(parents=True)
+        release = pipeline.REPO / "notebooks" / a / f"{a}.ipynb"
+        (folder / f"{a}.ipynb").write_bytes(release.read_bytes())
+    seen = []
+
+    def no_grading(tasks, **kwargs):
+        seen.extend(tasks)
+        return iter(())
+
+    def the_release(wanted, release, say=None):
+        return pipeline.REPO, {a: 1.0 for a in wanted}, {a: 1 for a in wanted}
+
+    monkeypatch.setattr(grade, "cached_template", the_release)
+    monkeypatch.setattr(cluster, "run", no_grading)
+    grade.grade(tmp_path / "submitted", tmp_path / "graded", jobs=1, progress=False)
+    want = ["torch"] if second >= "06" else []
+    assert len(seen) == 2 and all(t["preload"] == want for t in seen), seen
+
+
+@pytest.mark.parametrize("extra", [(), ("torch",)])
 def test_a_forked_grading_process_starts_with_what_its_server_preloaded(tmp_path, extra):
     """The first Process of a program starts the server with that list; the process forked from
     it finds those modules imported without importing them itself."""
@@ -186,11 +215,10 @@ def test_a_forked_grading_process_starts_with_what_its_server_preloaded(tmp_path
     import sys
 
     seen = tmp_path / "seen.txt"
+    code = f"import sys; open({str(seen)!r}, 'w').write(str('torch' in sys.modules))"
     program = (
         "from graders.run import worker\n"
-        f"ctx = worker._forkserver({extra!r})\n"
-        "code = \"import sys; open(%r, 'w').write(str('torch' in sys.modules))\"\n"
-        f"p = ctx.Process(target=exec, args=(code % {str(seen)!r},))\n"
+        f"p = worker._forkserver({extra!r}).Process(target=exec, args=({code!r},))\n"
         "p.start(); p.join(); raise SystemExit(p.exitcode)\n"
     )
     got = subprocess.run(
