@@ -170,7 +170,7 @@ def graded(tmp_path_factory):
             folder / "submitted",
             folder / "graded",
             jobs=once.grading_jobs(),
-            timeout=bank.TIMEOUT_FOR_BANK,
+            timeout=bank.cell_timeout(_sandbox_kw().get("sandbox", True)),
             progress=False,
             **_sandbox_kw(),
         )

@@ -139,7 +139,7 @@ def _hand_in_and_grade(root: Path) -> None:
         "--jobs",
         str(once.grading_jobs()),
     ]
-    cmd += ["--timeout", str(bank.TIMEOUT_FOR_BANK), *_sandbox_flag()]
+    cmd += ["--timeout", str(bank.cell_timeout(not _sandbox_flag())), *_sandbox_flag()]
     proc = subprocess.run(
         cmd, cwd=pipeline.REPO, env=env, capture_output=True, text=True, timeout=1200
     )

@@ -319,7 +319,7 @@ def real_class(tmp_path_factory):
         bank.write(_entries(), folder)
         cmd = [sys.executable, "-m", "graders", "grade", str(folder / "submitted")]
         cmd += ["--out", str(folder / "graded"), "--jobs", str(once.grading_jobs())]
-        cmd += ["--timeout", str(bank.TIMEOUT_FOR_BANK), "--unsafe-no-sandbox"]
+        cmd += ["--timeout", str(bank.cell_timeout(False)), "--unsafe-no-sandbox"]
         (folder / "tmp").mkdir()  # the grader's temporary folders, looked at below
         env = {**os.environ, "TMPDIR": str(folder / "tmp")}
         proc = subprocess.run(

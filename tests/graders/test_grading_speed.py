@@ -202,7 +202,8 @@ def test_every_task_of_a_run_carries_the_runs_preload(tmp_path, monkeypatch, sec
 
     monkeypatch.setattr(grade, "cached_template", the_release)
     monkeypatch.setattr(cluster, "run", no_grading)
-    grade.grade(tmp_path / "submitted", tmp_path / "graded", jobs=1, progress=False)
+    graded = tmp_path / "graded"
+    grade.grade(tmp_path / "submitted", graded, jobs=1, progress=False, sandbox=_sandbox())
     want = ["torch"] if second >= "06" else []
     assert len(seen) == 2 and all(t["preload"] == want for t in seen), seen
 
