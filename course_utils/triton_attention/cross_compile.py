@@ -21,11 +21,12 @@ any `GPUTarget("cuda", capability, 32)`. One catch: a process that runs Triton's
 (TRITON_INTERPRET=1, which `course_utils.triton_attention` switches on where there is no CUDA
 GPU) has no compiler front end, because `triton.jit` then makes interpreted functions and
 triton.language's own helpers (tl.max, tl.sum, ...) are interpreted too. There the compile runs in
-a child Python process (`python -m course_utils.triton_attention.cross_compile jobs.json`) started
-without TRITON_INTERPRET and with COURSE_TRITON_COMPILE_ONLY=1 (which tells
-`harness.triton_interpreter` to leave the interpreter off: it compiles, it never launches); the
-kernel is named there by its module and name, so it must live in an importable module. Where
-kernels are real JITFunctions (a GPU machine) the compile runs in this process.
+a child Python process (`python -m course_utils.triton_attention.cross_compile --serve`, a
+`compile_server` kept for the next compile) started without TRITON_INTERPRET and with
+COURSE_TRITON_COMPILE_ONLY=1 (which tells `harness.triton_interpreter` to leave the interpreter
+off: it compiles, it never launches); the kernel is named there by its module and name, so it
+must live in an importable module. Where kernels are real JITFunctions (a GPU machine) the compile
+runs in this process.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field
 import torch
 
 from course_utils.harness.triton_interpreter import COMPILE_ONLY_ENV
+from course_utils.triton_attention import compile_server
 from course_utils.triton_attention.config import (
     SM75,
     check_dtype_for,
@@ -304,26 +306,24 @@ def _compile_or_error(job: dict) -> Compiled | CompileError:
 
 
 def _compile_in_children(jobs: list[dict], processes: int) -> list:
+    """The jobs in `processes` batches, each run by a compile server (`compile_server`: a child
+    Python without TRITON_INTERPRET that imported torch and Triton once, kept for the next call)."""
     processes = max(1, min(processes, len(jobs)))
     chunks = [jobs[i::processes] for i in range(processes)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env[COMPILE_ONLY_ENV] = "1"
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton's default, said: no warning
     with tempfile.TemporaryDirectory() as tmp:
-        procs = []
+        paths = []
         for i, chunk in enumerate(chunks):
-            path = os.path.join(tmp, f"jobs{i}.json")
-            with open(path, "w") as f:
+            paths.append(os.path.join(tmp, f"jobs{i}.json"))
+            with open(paths[-1], "w") as f:
                 json.dump(chunk, f)
-            cmd = [sys.executable, "-m", "course_utils.triton_attention.cross_compile", path]
-            procs.append(subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True))
-        for p in procs:
-            err = p.communicate()[1]
-            if p.returncode:
-                raise RuntimeError(f"the compile process failed:\n{err[-4000:]}")
+        command = [sys.executable, "-m", "course_utils.triton_attention.cross_compile"]
+        compile_server.run_batches(paths, env, command)
         results = []
-        for i in range(len(chunks)):
-            with open(os.path.join(tmp, f"jobs{i}.json.out")) as f:
+        for path in paths:
+            with open(path + ".out") as f:
                 results.append([_from_json(r) for r in json.load(f)])
     ordered = [None] * len(jobs)
     for i, chunk_results in enumerate(results):
@@ -446,5 +446,20 @@ def _main(path: str) -> None:
         json.dump([_to_json(_compile_or_error(j)) for j in jobs], f)
 
 
+def _serve() -> None:
+    """A compile server (`compile_server.serve`): Triton's compiler imported once, then a batch a
+    line."""
+    import triton.compiler.compiler  # noqa: F401  (what every batch needs, imported once)
+
+    try:
+        from triton.experimental import gluon  # noqa: F401  (the Hopper kernels' front end)
+    except ImportError:
+        pass
+    compile_server.serve(_main)
+
+
 if __name__ == "__main__":
-    _main(sys.argv[1])
+    if sys.argv[1] == "--serve":
+        _serve()
+    else:
+        _main(sys.argv[1])

@@ -20,9 +20,14 @@ import torch
 from course_utils.triton_attention import config as T
 from course_utils.triton_attention import cross_compile as C
 
-pytestmark = pytest.mark.skipif(
-    C.ptxas_path() is None, reason="no ptxas: Triton's compiler cannot make a cubin here"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        C.ptxas_path() is None, reason="no ptxas: Triton's compiler cannot make a cubin here"
+    ),
+    # one worker compiles the whole set (its session fixture): tests of the file on both
+    # workers compiled it twice at once, 40 s of two cores each time (2026-12-06)
+    pytest.mark.xdist_group("sm75-targets"),
+]
 
 D_VALUES = (16, 32, 64, 128)
 SM75_CASES = [

@@ -32,9 +32,14 @@ from benchmarks import learner_solutions
 from course_utils.triton_attention import config as T
 from course_utils.triton_attention import cross_compile as C
 
-pytestmark = pytest.mark.skipif(
-    C.ptxas_path() is None, reason="no ptxas: Triton's compiler cannot make a cubin here"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        C.ptxas_path() is None, reason="no ptxas: Triton's compiler cannot make a cubin here"
+    ),
+    # one worker compiles the whole set (its session fixture): tests of the file on both
+    # workers compiled it twice at once, 40 s of two cores each time (2026-12-06)
+    pytest.mark.xdist_group("sm75-learner"),
+]
 
 REPO = Path(__file__).resolve().parents[2]
 ANSWERS = Path(__file__).resolve().parents[1] / "checks"  # triton06_answers.py
