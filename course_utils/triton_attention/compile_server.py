@@ -18,7 +18,8 @@ The fork runs each batch from the server's state as it was after its imports (to
 the course's kernels, none of the batch's own modules), so a batch imports the modules it names
 afresh, as a new process would: a learner's module written to disk since the last batch is read
 again. The server ends when its stdin closes (this process exits or dies) or at exit
-(`shutdown`). Where there is no fork (Windows), each batch runs in a process of its own.
+(`shutdown`). A fork of this process starts servers of its own and never uses or stops its
+parent's. Where there is no fork (Windows), each batch runs in a process of its own.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class _Server:
 
 _servers: list[_Server] = []  # the servers running, all started with _started_for
 _started_for: tuple | None = None  # (command, env) of the servers running
+_owner = os.getpid()  # the process that started them: a fork of it starts its own
 _lock = threading.Lock()
 # set by pytest for each test: not a change of the compiler's environment
 _VOLATILE = ("PYTEST_CURRENT_TEST",)
@@ -85,12 +87,15 @@ def run_batches(paths: list[str], env: dict[str, str], command: list[str]) -> No
     environment stops them and starts its own. Raises RuntimeError with the batch's error
     output when a batch fails or its server dies.
     """
-    global _started_for
+    global _started_for, _owner
     if not hasattr(os, "fork"):
         _run_in_new_processes(paths, env, command)
         return
     key = (tuple(command), tuple(sorted((k, v) for k, v in env.items() if k not in _VOLATILE)))
     with _lock:
+        if _owner != os.getpid():  # a fork of the process that started them: not its servers
+            _servers.clear()
+            _started_for, _owner = None, os.getpid()
         if key != _started_for:
             _stop_all()
             _started_for = key
@@ -141,7 +146,8 @@ def _stop_all() -> None:
 def shutdown() -> None:
     """Stop every server (their stdin closes; each ends after the batch it is running)."""
     with _lock:
-        _stop_all()
+        if _owner == os.getpid():  # a fork leaves its parent's servers alone
+            _stop_all()
 
 
 def serve(work: Callable[[str], None]) -> None:

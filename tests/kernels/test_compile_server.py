@@ -128,3 +128,25 @@ def test_servers_end_when_shut_down(tmp_path, command):
     compile_server.shutdown()
     with pytest.raises(ProcessLookupError):
         os.kill(server, 0)
+
+
+def test_a_fork_starts_servers_of_its_own_and_leaves_its_parents_alone(tmp_path, command):
+    (tmp_path / "answers.py").write_text("VALUE = 8\n")
+    first = _batch(tmp_path, "first")
+    compile_server.run_batches([first], _env(), command)
+    child_batch = _batch(tmp_path, "child")
+    pid = os.fork()
+    if pid == 0:  # the fork: its own server, then exits as a fork does (no atexit)
+        code = 1
+        try:
+            compile_server.run_batches([child_batch], _env(), command)
+            compile_server.shutdown()  # stops the fork's server, never the parent's
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert _seen(child_batch)["server"] != _seen(first)["server"]
+    again = _batch(tmp_path, "again")  # the parent's server still answers
+    compile_server.run_batches([again], _env(), command)
+    assert _seen(again)["server"] == _seen(first)["server"]
