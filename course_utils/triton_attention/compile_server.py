@@ -18,8 +18,10 @@ The fork runs each batch from the server's state as it was after its imports (to
 the course's kernels, none of the batch's own modules), so a batch imports the modules it names
 afresh, as a new process would: a learner's module written to disk since the last batch is read
 again. The server ends when its stdin closes (this process exits or dies) or at exit
-(`shutdown`). A fork of this process starts servers of its own and never uses or stops its
-parent's. Where there is no fork (Windows), each batch runs in a process of its own.
+(`shutdown`); one that died between calls is replaced, and the servers of a call interrupted
+while they work (a notebook's interrupt) are killed, so no answer reaches a later call. A fork
+of this process starts servers of its own and never uses or stops its parent's. Where there is
+no fork (Windows), each batch runs in a process of its own.
 """
 
 from __future__ import annotations
@@ -67,9 +69,12 @@ class _Server:
             self.proc.stdin.close()  # the server's loop ends
             self.proc.wait(timeout=10)
         except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()
-            self.proc.wait()
+            self.kill()
         self.log.close()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
 
 
 _servers: list[_Server] = []  # the servers running, all started with _started_for
@@ -99,14 +104,24 @@ def run_batches(paths: list[str], env: dict[str, str], command: list[str]) -> No
         if key != _started_for:
             _stop_all()
             _started_for = key
+        for gone in [s for s in _servers if s.proc.poll() is not None]:  # killed since (OOM)
+            _servers.remove(gone)
+            gone.log.close()
         while len(_servers) < len(paths):
             _servers.append(_Server(command, env))
         used = _servers[: len(paths)]
-        for server, path in zip(used, paths, strict=True):
-            server.send(path)
+        try:
+            for server, path in zip(used, paths, strict=True):
+                server.send(path)
+            statuses = [server.reply() for server in used]
+        except BaseException:  # interrupted (Ctrl-C in a notebook) while they work: their
+            for server in used:  # answers would come to the next call, so they go
+                _servers.remove(server)
+                server.kill()
+                server.log.close()
+            raise
         failures = []
-        for server, path in zip(used, paths, strict=True):
-            status = server.reply()
+        for server, path, status in zip(used, paths, statuses, strict=True):
             if status is None:  # the server died: start a new one next time
                 _servers.remove(server)
                 failures.append(f"the compile server ended:\n{server.log_tail()}")

@@ -166,13 +166,14 @@ def graded(tmp_path_factory):
         finally:
             server.stop()
         start = time.perf_counter()
+        sandbox_kw = _sandbox_kw()
         grade(
             folder / "submitted",
             folder / "graded",
             jobs=once.grading_jobs(),
-            timeout=bank.cell_timeout(_sandbox_kw().get("sandbox", True)),
+            timeout=bank.cell_timeout(sandbox_kw.get("sandbox", True)),
             progress=False,
-            **_sandbox_kw(),
+            **sandbox_kw,
         )
         (folder / "graded.json").write_text(json.dumps({"seconds": time.perf_counter() - start}))
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,9 @@ def work(path):
         raise ValueError("this batch fails: " + job["fail"])
     if job.get("kill_server"):
         os.kill(os.getppid(), 9)
+    if job.get("sleep"):
+        import time
+        time.sleep(job["sleep"])
     value = importlib.import_module(job["module"]).VALUE
     seen = {"server": os.getppid(), "fork": os.getpid(), "value": value,
             "env": os.environ.get("COMPILE_SERVER_TEST")}
@@ -150,3 +155,37 @@ def test_a_fork_starts_servers_of_its_own_and_leaves_its_parents_alone(tmp_path,
     again = _batch(tmp_path, "again")  # the parent's server still answers
     compile_server.run_batches([again], _env(), command)
     assert _seen(again)["server"] == _seen(first)["server"]
+
+
+def test_a_server_killed_between_calls_is_replaced(tmp_path, command):
+    (tmp_path / "answers.py").write_text("VALUE = 9\n")
+    first = _batch(tmp_path, "first")
+    compile_server.run_batches([first], _env(), command)
+    os.kill(_seen(first)["server"], signal.SIGKILL)  # the out-of-memory killer, say
+    time.sleep(0.5)
+    again = _batch(tmp_path, "again")
+    compile_server.run_batches([again], _env(), command)  # no broken pipe: a new server
+    assert _seen(again)["value"] == 9 and _seen(again)["server"] != _seen(first)["server"]
+
+
+def test_an_interrupted_call_leaves_no_answer_for_the_next(tmp_path, command):
+    """A notebook's interrupt arrives while the server works: the next call gets its own
+    batch's result, not the interrupted one's."""
+    (tmp_path / "answers.py").write_text("VALUE = 10\n")
+    slow = _batch(tmp_path, "slow", sleep=3)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            compile_server.run_batches([slow], _env(), command)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    (tmp_path / "answers.py").write_text("VALUE = 11\n")
+    fast = _batch(tmp_path, "fast")
+    compile_server.run_batches([fast], _env(), command)
+    assert _seen(fast)["value"] == 11
