@@ -206,6 +206,10 @@ def run(
     """Grade every job on dask; yield (result, feedback html) as each one finishes."""
     if not jobs:  # before importing dask (a second or so): a run with nothing new starts nothing
         return
+    if scheduler is None:  # the local workers fork from this process's server: its imports
+        from graders.run.worker import start_server  # overlap dask's and the cluster's start
+
+        start_server(jobs[0].get("preload", ()))
     from distributed import Client, as_completed
     from tqdm.auto import tqdm
 

@@ -229,6 +229,41 @@ def test_a_forked_grading_process_starts_with_what_its_server_preloaded(tmp_path
     assert seen.read_text() == str(bool(extra))
 
 
+def test_a_local_run_starts_the_grading_server_before_its_cluster(tmp_path):
+    """cluster.run starts the grading processes' server (with the run's preload) before it
+    imports dask and starts the local cluster, so the server's imports overlap them. Checked in
+    a program of its own: the server is a child of that program, found by its command line,
+    when the cluster is about to start (it failed before: the first job started the server)."""
+    import subprocess
+    import sys
+
+    program = (
+        "import sys\n"
+        "import psutil\n"
+        "from graders.run import cluster\n"
+        "def servers():\n"
+        "    kids = psutil.Process().children()\n"
+        "    return [p for p in kids if 'multiprocessing.forkserver' in ' '.join(p.cmdline())]\n"
+        "def at_cluster_start(workers):\n"
+        "    found = servers()\n"
+        "    print(repr([' '.join(p.cmdline()) for p in found]))\n"
+        "    for p in found:  # no need to wait for its imports\n"
+        "        p.kill()\n"
+        "    raise SystemExit(0)\n"
+        "cluster._local_cluster = at_cluster_start\n"
+        "if servers():\n"
+        "    raise SystemExit('a server before the run')\n"
+        "list(cluster.run([{'preload': ['torch']}], workers=1, progress=False))\n"
+        "raise SystemExit('the cluster was never started')\n"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", program], cwd=pipeline.REPO, capture_output=True, text=True
+    )
+    assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
+    found = eval(got.stdout.strip().splitlines()[-1])  # noqa: S307 (a list of strings we printed)
+    assert len(found) == 1 and "'graders.run.preload', 'torch'" in found[0], found
+
+
 def _broken_job(tmp_path) -> dict:
     """A job whose grading process fails at once: its template does not exist."""
     nb = tmp_path / "in" / f"{ASSIGNMENT}.ipynb"
