@@ -108,10 +108,7 @@ def _run_graded_process(job: dict, log: str, wall_seconds: float) -> int | None:
     and the platform has a forkserver; elsewhere (a dask worker under a nanny is a daemon
     process, which may not; Windows has no fork) `python -m graders.run.worker JOB`, which
     imports everything itself."""
-    import multiprocessing
-
-    forks = "forkserver" in multiprocessing.get_all_start_methods()
-    if forks and not multiprocessing.current_process().daemon:
+    if _uses_server():
         proc = _forkserver(tuple(job.get("preload", ()))).Process(
             target=_forked,
             args=(json.dumps(job), log, dict(os.environ), str(pipeline.REPO)),
@@ -171,22 +168,27 @@ def _forkserver(extra: tuple[str, ...] = ()):
         return ctx
 
 
-def start_server(preload: list[str] | tuple[str, ...] = ()) -> bool:
+def _uses_server() -> bool:
+    """Whether this process forks its grading processes from the preloaded server: it may have
+    children of multiprocessing's (a daemonic dask worker may not) and the platform has a
+    forkserver (Windows has none)."""
+    import multiprocessing
+
+    forks = "forkserver" in multiprocessing.get_all_start_methods()
+    return forks and not multiprocessing.current_process().daemon
+
+
+def start_server(preload: list[str] | tuple[str, ...] = ()) -> None:
     """Start the grading processes' server now, in the background, where this process will fork
     its grading processes from it (a local cluster: its workers are threads of this process).
-    Its imports (graders/run/preload.py and `preload`: 3.5 to 9 s of CPU) then run while the
-    client starts its cluster, instead of after, when the first job asks for the server.
-    Whether a server was started or was running already; False where none is used here."""
-    import multiprocessing
+    Its imports (graders/run/preload.py and `preload`: 5.0 s of CPU, 9.0 s with torch, on an idle
+    core of a 2-core machine, 2026-12-06) then run while the client starts its cluster, instead
+    of after, when the first job asks for the server. Nothing where no server is used."""
     from multiprocessing import forkserver
 
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return False
-    if multiprocessing.current_process().daemon:  # such a process grades without the server
-        return False
-    _forkserver(tuple(preload))
-    forkserver.ensure_running()  # spawns the server and returns; the server imports meanwhile
-    return True
+    if _uses_server():
+        _forkserver(tuple(preload))
+        forkserver.ensure_running()  # spawns the server and returns; it imports meanwhile
 
 
 def _forked(job_text: str, log: str, env: dict, cwd: str) -> None:
