@@ -84,6 +84,12 @@ def test_no_cpu_index_with_an_nvidia_driver_or_a_chosen_torch(course, monkeypatc
     assert course.torch_index() is None
 
 
+class _Recorded(list):
+    """The commands a set-up ran, and which stand-in installers fail (`fails`)."""
+
+    fails: set[str]
+
+
 @pytest.fixture
 def fake_setup(course, monkeypatch, tmp_path):
     """course.py with a stand-in venv builder and pip: the commands it would run are recorded.
@@ -103,16 +109,24 @@ def fake_setup(course, monkeypatch, tmp_path):
             (Path(path) / "bin" / "python").write_bytes(b"x" * 1000)
 
     monkeypatch.setattr(course.venv, "EnvBuilder", Builder)
+    monkeypatch.delenv("COURSE_INSTALLER", raising=False)
     installed = set()  # what the stand-in pip has installed
     monkeypatch.setattr(course, "has_module", lambda py, name: name in installed)
     monkeypatch.setattr(course, "torch_index", lambda: course.CPU_INDEX)
-    commands = []
+    commands = _Recorded()
+    commands.fails = set()  # "uv" or "uv-install": the stand-in uv, or pip's install of uv, fails
 
     def fake_stream(cmd, heartbeat_s=course.HEARTBEAT_S):
         cmd = [str(c) for c in cmd]
         commands.append(cmd)
         if "--index-url" in cmd:
             return 1  # the CPU index fails, pip's own works
+        if cmd[-1] == "uv":
+            if "uv-install" in commands.fails:
+                return 1
+            installed.add("uv")
+        if cmd[1:3] == ["-m", "uv"] and "uv" in commands.fails:
+            return 2
         if any(c.startswith("torch") for c in cmd):
             installed.add("torch")
         return 0
@@ -121,24 +135,37 @@ def fake_setup(course, monkeypatch, tmp_path):
     return commands
 
 
+def _installs_with(cmd: list[str]) -> str:
+    """The installer of a recorded command: uv or pip."""
+    assert cmd[1] == "-m" and cmd[2] in ("uv", "pip"), cmd
+    return cmd[2]
+
+
 def test_first_start_falls_back_and_says_each_step(course, fake_setup, capsys):
     commands = fake_setup
     course.ensure_env(course.NEEDS["test"])
     out = capsys.readouterr().out
     assert commands[0][-3:] == ["torch==2.13.0", "--index-url", course.CPU_INDEX]
     assert commands[1][-1] == "torch==2.13.0" and "--index-url" not in commands[1]
-    assert commands[2][-2:] == ["-e", ".[course,dev,hub]"]
+    assert commands[2][-2:] == ["--quiet", "uv"]  # pip installs uv into .venv, once
     pip = commands[:3]
+    assert {_installs_with(c) for c in pip} == {"pip"}
     assert all("--progress-bar" in c and c[c.index("--progress-bar") + 1] == "on" for c in pip)
+    # uv installs the course package into .venv's python (whatever environment is active)
+    assert _installs_with(commands[3]) == "uv" and commands[3][3:4] == ["pip"]
+    assert commands[3][commands[3].index("--python") + 1] == str(course.venv_python())
+    assert commands[3][-2:] == ["-e", ".[course,dev,hub]"]
     # the grader's layer: its sandbox mounts .venv read-only, so nothing writes bytecode there
-    assert commands[3][1:4] == ["-m", "compileall", "-qq"], commands[3]
-    assert str(course.VENV / "lib") in commands[3]
-    assert {str(course.ROOT / p) for p in course.REPO_PACKAGES} <= set(commands[3])
+    assert commands[4][1:4] == ["-m", "compileall", "-qq"], commands[4]
+    assert str(course.VENV / "lib") in commands[4]
+    assert {str(course.ROOT / p) for p in course.REPO_PACKAGES} <= set(commands[4])
     for line in (
         "1/4 creating",
         "2/4 installing torch==2.13.0 from",
         "failed; trying pip's own",
         "3/4 installing the course package [course,dev,hub]",
+        "installing uv, a faster installer, with pip",
+        "with uv: .[course,dev,hub]",
         "4/4 compiling .venv's Python files once (the grader's sandbox mounts it read-only",
         "done in",
         "environment ready in",
@@ -150,14 +177,16 @@ def test_first_start_falls_back_and_says_each_step(course, fake_setup, capsys):
 def test_lab_installs_the_numpy_track_and_gpu_adds_torch_and_triton(course, fake_setup, capsys):
     commands = fake_setup
     course.ensure_env(course.NEEDS["lab"])
-    assert len(commands) == 1 and commands[0][-2:] == ["-e", ".[lab]"], commands
-    assert not any("torch" in c for c in commands[0])
+    assert len(commands) == 2 and commands[1][-2:] == ["-e", ".[lab]"], commands
+    assert commands[0][-1] == "uv" and _installs_with(commands[1]) == "uv"
+    assert not any("torch" in c for c in commands[1])
     assert "1/2 creating" in capsys.readouterr().out
     course.ensure_env(course.NEEDS["lab"])  # installed: nothing more
-    assert len(commands) == 1
-    course.ensure_env(course.NEEDS["gpu"])
-    assert commands[-1][-2:] == ["-e", ".[gpu,lab]"]
-    assert [c[-1] for c in commands[1:3]] == [course.CPU_INDEX, "torch==2.13.0"]
+    assert len(commands) == 2
+    course.ensure_env(course.NEEDS["gpu"])  # uv is in .venv: not installed again
+    assert commands[-1][-2:] == ["-e", ".[gpu,lab]"] and _installs_with(commands[-1]) == "uv"
+    assert [c[-1] for c in commands[2:4]] == [course.CPU_INDEX, "torch==2.13.0"]
+    assert len(commands) == 5
     out = capsys.readouterr().out
     assert "1/2 installing torch==2.13.0" in out and "2/2 installing the course package" in out
     n = len(commands)
@@ -177,18 +206,46 @@ def test_the_lab_is_compiled_once_where_python_writes_no_bytecode(course, fake_s
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     commands = fake_setup
     course.ensure_env(course.NEEDS["lab"])
-    assert commands[0][-2:] == ["-e", ".[lab]"] and "compileall" in commands[1], commands
+    assert commands[1][-2:] == ["-e", ".[lab]"] and "compileall" in commands[2], commands
     assert "3/3 compiling .venv's Python files once (PYTHONDONTWRITEBYTECODE is set" in (
         capsys.readouterr().out
     )
     course.ensure_env(course.NEEDS["lab"])  # installed and compiled: nothing more
-    assert len(commands) == 2
+    assert len(commands) == 3
     course.STAMP.with_name(".course-compiled").unlink()  # a .venv set up before the step
     course.ensure_env(course.NEEDS["lab"])
-    assert len(commands) == 3 and "compileall" in commands[2]  # compiled, nothing reinstalled
+    assert len(commands) == 4 and "compileall" in commands[3]  # compiled, nothing reinstalled
     assert "1/1 compiling .venv's Python files once" in capsys.readouterr().out
     course.ensure_env(course.NEEDS["lab"])
-    assert len(commands) == 3
+    assert len(commands) == 4
+
+
+@pytest.mark.parametrize("how", ["uv fails", "uv cannot be installed", "COURSE_INSTALLER=pip"])
+def test_pip_installs_the_course_package_where_uv_does_not(course, fake_setup, capsys,
+                                                          monkeypatch, how):  # fmt: skip
+    """uv knows nothing of pip's configuration (an index or a folder of wheels only pip.conf
+    names): where it fails, or cannot be installed, or is not wanted, pip installs the package,
+    and the step says which."""
+    commands = fake_setup
+    if how == "uv fails":
+        commands.fails.add("uv")
+    elif how == "uv cannot be installed":
+        commands.fails.add("uv-install")
+    else:
+        monkeypatch.setenv("COURSE_INSTALLER", "pip")
+    course.ensure_env(course.NEEDS["lab"])
+    out = capsys.readouterr().out
+    assert _installs_with(commands[-1]) == "pip" and commands[-1][-2:] == ["-e", ".[lab]"]
+    assert "--progress-bar" in commands[-1] and "with pip: .[lab]" in out
+    uv_runs = [c for c in commands if _installs_with(c) == "uv"]
+    if how == "uv fails":
+        assert len(uv_runs) == 1 and "uv failed (see its message above): trying pip" in out
+    elif how == "uv cannot be installed":
+        assert not uv_runs and commands[0][-1] == "uv"
+        assert "uv could not be installed: pip installs the course package" in out
+    else:
+        assert not uv_runs and not any(c[-1] == "uv" for c in commands), commands
+    assert course.read_stamp()[1] == {"lab"}
 
 
 def test_compileall_writes_bytecode_even_where_imports_may_not(course, tmp_path):
@@ -361,3 +418,18 @@ def test_the_setup_cell_names_the_one_command_where_torch_or_triton_is_missing()
     assert "Triton has no wheels here: open this notebook on Colab" in mac
     assert "Runtime > Disconnect and delete runtime" in colab
     assert nb.cells[7].outputs == []  # triton back: the cell says nothing
+
+
+def test_setup_prepares_a_commands_environment_and_starts_nothing(course, fake_setup,
+                                                                  monkeypatch):  # fmt: skip
+    """`course.py setup lab` installs what `lab` needs (what .ci/run does for `test` while it
+    installs the system's packages); a command it does not know is one line."""
+    commands = fake_setup
+    monkeypatch.setattr(course, "serve", lambda *a, **k: pytest.fail("started something"))
+    assert course.main(["setup", "lab"]) == 0
+    assert commands[-1][-2:] == ["-e", ".[lab]"] and course.read_stamp()[1] == {"lab"}
+    assert course.main(["setup", "lab"]) == 0 and len(commands) == 2  # set up: nothing more
+    with pytest.raises(SystemExit, match="takes one of lab, gpu, instructor, test, hub"):
+        course.main(["setup", "labs"])
+    assert course.main(["setup"]) == 0  # default: what `test` needs, then compiled
+    assert commands[-2][-2:] == ["-e", ".[course,dev,hub,lab]"] and "compileall" in commands[-1]
