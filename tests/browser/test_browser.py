@@ -261,16 +261,35 @@ def _wait_new_picture(page, fig, before: str, what: str) -> None:
     raise AssertionError(f"{what} did not change the picture")
 
 
+def _move_slider(page, handle, what: str) -> str:
+    """One keyboard step of a slider's handle, towards the side it is not at. The key goes to
+    whatever has the focus: where the lab took it back (a busy machine, a late focus of the
+    notebook after Run All) the handle did not move, and is focused and stepped again. A handle
+    that never moves fails here, apart from a picture that does not follow its value.
+    Returns "from -> to", for the message of a picture that did not follow."""
+    start = handle.get_attribute("aria-valuenow")
+    at_max = start == handle.get_attribute("aria-valuemax")
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        handle.focus()
+        page.keyboard.press("ArrowLeft" if at_max else "ArrowRight")
+        moved_by = time.time() + 2
+        while time.time() < moved_by:
+            now = handle.get_attribute("aria-valuenow")
+            if now != start:
+                return f"{start} -> {now}"
+            time.sleep(0.1)
+    raise AssertionError(f"{what}: the handle did not move from {start} (the keys went elsewhere)")
+
+
 def _exercise_controls(page, fig, label: str) -> int:
     """Use every control of one figure once; each must change the picture. Returns the count."""
     used = 0
     for slider in fig.locator(".course-controls .widget-slider").all():
         before = _picture(fig)
-        handle = slider.locator(".noUi-handle").first
-        handle.focus()
-        at_max = handle.get_attribute("aria-valuenow") == handle.get_attribute("aria-valuemax")
-        page.keyboard.press("ArrowLeft" if at_max else "ArrowRight")
-        _wait_new_picture(page, fig, before, f"{label}: slider {slider.inner_text()[:30]!r}")
+        what = f"{label}: slider {slider.inner_text()[:30]!r}"
+        moved = _move_slider(page, slider.locator(".noUi-handle").first, what)
+        _wait_new_picture(page, fig, before, f"{what} (moved {moved})")
         used += 1
     for box in fig.locator(".course-controls .widget-checkbox input").all():
         before = _picture(fig)
