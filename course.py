@@ -273,7 +273,8 @@ def installer(py: Path, pip: list) -> list | None:
     uv installs the course package's layers about five times as fast as pip: the test layer took
     it 11 s against pip's 79 s on a 2-core machine with empty caches (docs/journal.md, "uv for
     the course package"). torch stays with pip (install_torch), which finds the CPU build on a
-    machine's disk and honours pip's configuration; uv keeps the torch that is installed."""
+    machine's disk and honours pip's configuration; uv keeps the installed torch, which meets
+    the package's requirement (`torch>=2.4`)."""
     if os.environ.get("COURSE_INSTALLER", "uv") == "pip":
         return None
     if not has_module(py, "uv"):
