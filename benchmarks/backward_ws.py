@@ -40,22 +40,32 @@ def variants(d: int) -> list[tuple[str, dict]]:
     """(name, options of flash_attention_bwd_ws) timed at head dimension d. `m128`: 128-query
     steps (d = 64; the default there); `-lag`: two dS^T buffers, each step's dQ one step late;
     `P-`: persistent programs (one per SM, tiles dealt head by head), the others one program per
-    key tile."""
+    key tile; `-k1`: persistent with one K buffer (the others two: the next tile's K loaded
+    early)."""
     tiles = {"persistent": False}
     if d == 128:
         return [
             ("split-s2", {"num_slots": 2, "dq_split": True, "dq_lag": False, **tiles}),
             ("own-s2", {"num_slots": 2, "dq_split": False, "dq_lag": False, **tiles}),
             ("split-s2-lag", {"num_slots": 2, "dq_split": True, "dq_lag": True, **tiles}),
+            ("P-split-s2-lag-k1", {"num_slots": 2, "dq_split": True, "dq_lag": True,
+                                   "persistent": True, "k_bufs": 1}),
             ("P-split-s2-lag", {"num_slots": 2, "dq_split": True, "dq_lag": True,
-                                "persistent": True}),
+                                "persistent": True, "k_bufs": 2}),
         ]  # fmt: skip
     return [
         ("m128-s2", {"num_slots": 2, "block_m": 128, "dq_lag": False, **tiles}),
         ("m128-s3", {"num_slots": 3, "block_m": 128, "dq_lag": False, **tiles}),
         ("m128-s2-lag", {"num_slots": 2, "block_m": 128, "dq_lag": True, **tiles}),
         ("s2", {"num_slots": 2, "block_m": 64, "dq_lag": False, **tiles}),
-        ("P-m128-s2-lag", {"num_slots": 2, "block_m": 128, "dq_lag": True, "persistent": True}),
+        (
+            "P-m128-s2-lag-k1",
+            {"num_slots": 2, "block_m": 128, "dq_lag": True, "persistent": True, "k_bufs": 1},
+        ),
+        (
+            "P-m128-s2-lag",
+            {"num_slots": 2, "block_m": 128, "dq_lag": True, "persistent": True, "k_bufs": 2},
+        ),
     ]
 
 

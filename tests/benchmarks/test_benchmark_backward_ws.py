@@ -26,9 +26,11 @@ def test_variants_per_head_dim():
         for name, kw in bench.variants(d):
             assert set(kw) <= options, (name, kw)
             opts = bws.launch_options(d, False, **kw)  # refuses buffers past shared memory
-            assert opts["dq_lag"] == name.endswith("-lag"), (name, opts)
-            assert f"s{opts['num_slots']}" in name.split("-"), (name, opts)
+            parts = name.split("-")
+            assert opts["dq_lag"] == ("lag" in parts), (name, opts)
+            assert f"s{opts['num_slots']}" in parts, (name, opts)
             assert opts["persistent"] == name.startswith("P-"), (name, opts)
+            assert opts["k_bufs"] == (1 if "k1" in parts or not opts["persistent"] else 2), name
     assert dict(bench.variants(128))["own-s2"] == {
         "num_slots": 2, "dq_split": False, "dq_lag": False, "persistent": False
     }  # fmt: skip

@@ -48,19 +48,25 @@ def test_builds_for_sm90(d, block_m, causal, dq_tma, stats_tma):
 
 @on_one_worker
 @pytest.mark.parametrize(
-    "d, num_slots, dq_split, block_m, dq_lag",
-    [(64, 2, False, 64, False), (64, 3, False, 64, False), (64, 2, True, 128, False),
-     (64, 3, True, 128, False), (128, 2, True, 64, False), (128, 2, False, 64, False),
-     (128, 2, True, 64, True), (64, 2, True, 128, True)],
+    "d, num_slots, dq_split, block_m, dq_lag, k_bufs",
+    [(64, 2, False, 64, False, 1), (64, 3, False, 64, False, 1), (64, 2, True, 128, False, 1),
+     (64, 3, True, 128, False, 1), (128, 2, True, 64, False, 1), (128, 2, False, 64, False, 1),
+     (128, 2, True, 64, True, 2), (64, 2, True, 128, True, 2)],
 )  # fmt: skip
-def test_shared_bytes_is_what_the_compiler_allocates(d, num_slots, dq_split, block_m, dq_lag):
+def test_shared_bytes_is_what_the_compiler_allocates(d, num_slots, dq_split, block_m, dq_lag,
+                                                     k_bufs):  # fmt: skip
     """The host's count (which refuses a combination too large) against a real sm_90 build: it
-    counts the buffers and 1 KB for the mbarriers and alignment, the compiler a few hundred."""
-    counted = bws.shared_bytes(d, num_slots, dq_split, dq_tma=True, block_m=block_m, dq_lag=dq_lag)
+    counts the buffers and 1 KB for the mbarriers and alignment, the compiler a few hundred.
+    The lagged launches with K's second buffer (persistent programs' default) are the largest:
+    at d = 128 within 1.5 KB of what a program may have."""
+    counted = bws.shared_bytes(
+        d, num_slots, dq_split, dq_tma=True, block_m=block_m, dq_lag=dq_lag, k_bufs=k_bufs
+    )
     compiled = bws.compile_for_sm90(
         d, False, num_slots=num_slots, dq_split=dq_split, dq_tma=True, block_m=block_m,
-        dq_lag=dq_lag,
+        dq_lag=dq_lag, k_bufs=k_bufs,
     )  # fmt: skip
+    assert counted <= bws.SHARED_LIMIT
     assert compiled.shared_bytes <= counted <= compiled.shared_bytes + 1024, (
         counted,
         compiled.shared_bytes,
@@ -122,16 +128,41 @@ def test_persistent_programs_by_default_only_where_they_were_ahead(d, causal, n_
     assert opts["dq_lag"] is (d == 64 or causal or expected)
 
 
+@pytest.mark.parametrize(
+    "d, causal, persistent, k_bufs",
+    [(128, False, True, 2), (64, False, True, 2), (128, True, True, 1), (64, True, True, 1),
+     (128, True, False, 1), (64, False, False, 1)],
+)  # fmt: skip
+def test_a_second_k_buffer_for_persistent_programs_where_it_fits(d, causal, persistent, k_bufs):
+    """Persistent programs without the mask get K's second buffer by default (it fits beside the
+    lag's buffers at both head dimensions; with the mask it measured level or behind); one
+    program a key tile has no next tile to load it for."""
+    opts = bws.launch_options(d, causal, persistent=persistent)
+    assert opts["k_bufs"] == k_bufs, opts
+    counted = bws.shared_bytes(
+        d, opts["num_slots"], opts["dq_split"], opts["dq_tma"], opts["stats_tma"],
+        opts["block_m"], opts["dq_lag"], k_bufs,
+    )  # fmt: skip
+    assert counted <= bws.SHARED_LIMIT
+    # without the lag's second dS^T buffer, at d = 128 each warpgroup's own dQ parts take the room
+    assert bws.launch_options(128, False, dq_split=False, persistent=True)["k_bufs"] == 1
+    assert bws.launch_options(128, True, persistent=True, k_bufs=2)["k_bufs"] == 2  # when asked
+
+
 REFUSED = [
     (128, {"block_m": 128}, "block_m must be one of .* got 128 at d = 128"),
     (64, {"block_m": 32}, "block_m must be one of .* got 32 at d = 64"),
     (64, {"block_m": 96}, "block_m must be one of .* got 96 at d = 64"),
     (128, {"dq_split": False, "dq_lag": True}, "dq_lag needs .* got dq_split=False"),
     (64, {"dq_tma": False, "dq_lag": True}, "dq_lag needs .* dq_tma=False"),
-    (64, {"num_slots": 3}, "num_slots=3, .* dq_lag=True at d = 64 need .* more than the 232448"),
+    (64, {"num_slots": 3}, "num_slots=3, .* dq_lag=True, .* d = 64 need .* more than the 232448"),
     (64, {"num_slots": 0}, "num_slots must be an int from 1 to 3, got 0"),
     (128, {"num_slots": 3, "dq_split": False},
      "num_slots=3, dq_split=False, dq_tma=True, .* at d = 128 need .* more than the 232448"),
+    (128, {"k_bufs": 3}, "k_bufs must be 1 or 2, got 3"),
+    (128, {"k_bufs": True}, "k_bufs must be 1 or 2, got True"),
+    (128, {"dq_split": False, "k_bufs": 2},
+     "dq_split=False, .* k_bufs=2 at d = 128 need .* more than the 232448"),
 ]  # fmt: skip
 
 
@@ -282,6 +313,23 @@ def test_the_lagged_dq_against_float64(shape, causal, persistent):
     check_against_float64(
         shape, causal, num_slots=2, dq_split=True, dq_lag=True, persistent=persistent
     )
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("k_bufs", [1, 2])
+@pytest.mark.parametrize("lag", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    "shape", [(3, 20, 512, 512, 128), (4, 40, 1024, 1024, 128), (4, 40, 1024, 1024, 64)]
+)
+def test_persistent_programs_with_one_or_two_k_buffers(shape, causal, lag, k_bufs):
+    """Persistent programs taking 2 to 10 key tiles each: with two K buffers the loader brings
+    the next tile's K (and, once the last dP^T is done, its V) while this tile finishes; tile
+    after tile the buffers and their barriers' phases must line up, with and without the lag
+    (the warpgroups share dS^T: at d = 128 each one's own dQ parts leave no room for K's second
+    buffer)."""
+    check_against_float64(shape, causal, persistent=True, k_bufs=k_bufs, dq_split=True, dq_lag=lag)
 
 
 @requires_hopper

@@ -60,11 +60,15 @@ GRAD_REGS = gl.constexpr(240)
 @gluon.jit
 def _bwd_loader(q_desc, k_desc, v_desc, do_desc, lse_src, delta_src, q_bufs, do_bufs, k_smem,
                 v_smem, lse_bufs, delta_bufs, bars, seqlen_q, seqlen_k, n_bh, CAUSAL):  # fmt: skip
-    """For each of this program's key tiles: its K and V (once both warpgroups are done with the
-    last tile's), then Q_i and dO_i step by step into the ring, with lse_i beside Q_i and D_i
-    beside dO_i when they come through the TMA too (lse_bufs of (SLOTS, BM))."""
-    kv_ready, kv_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
+    """For each of this program's key tiles: its K into buffer tile_i % K_BUFS (once both
+    warpgroups are done with the tile that last used it), its V (once both have computed the
+    last tile's final dP^T), then Q_i and dO_i step by step into the ring, with lse_i beside Q_i
+    and D_i beside dO_i when they come through the TMA too (lse_bufs of (SLOTS, BM)). With two
+    K buffers the next tile's K arrives while this tile's last steps run, and its V while their
+    dQ products, dK and dV finish."""
+    k_ready, k_free, v_ready, v_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
     SLOTS: gl.constexpr = q_bufs.type.shape[0]
+    K_BUFS: gl.constexpr = k_smem.type.shape[0]
     BM: gl.constexpr = q_desc.block_type.shape[0]
     STATS_TMA: gl.constexpr = lse_bufs.type.shape[1] == BM
     STATS_BYTES: gl.constexpr = BM * 4 if STATS_TMA else 0
@@ -73,11 +77,14 @@ def _bwd_loader(q_desc, k_desc, v_desc, do_desc, lse_src, delta_src, q_bufs, do_
     it = 0  # Q/dO loads so far: slot it % SLOTS, lap it // SLOTS
     for tile_i in range(_num_rounds(n_kt * n_bh)):
         start_n, bh, first = _key_tile(tile_i, n_kt, n_bh, BM, BN, CAUSAL)
+        kb = tile_i % K_BUFS
         # A fresh mbarrier counts as having completed phase 1: the first lap does not wait.
-        mbarrier.wait(kv_free, (tile_i & 1) ^ 1)
-        mbarrier.expect(kv_ready, 2 * k_desc.block_type.nbytes)
-        _tma_load(k_desc, [bh * seqlen_k + start_n * BN, 0], kv_ready, k_smem)  # read BN*d
-        _tma_load(v_desc, [bh * seqlen_k + start_n * BN, 0], kv_ready, v_smem)  # read BN*d
+        mbarrier.wait(k_free.index(kb), ((tile_i // K_BUFS) & 1) ^ 1)
+        mbarrier.expect(k_ready.index(kb), k_desc.block_type.nbytes)
+        _tma_load(k_desc, [bh * seqlen_k + start_n * BN, 0], k_ready.index(kb), k_smem.index(kb))
+        mbarrier.wait(v_free, (tile_i & 1) ^ 1)  # read BN*d above, BN*d below
+        mbarrier.expect(v_ready, v_desc.block_type.nbytes)
+        _tma_load(v_desc, [bh * seqlen_k + start_n * BN, 0], v_ready, v_smem)
         for step in range(seqlen_q // BM - first):
             i = first + step
             slot = it % SLOTS
@@ -154,10 +161,11 @@ def _bwd_warpgroup(
     With dq_stage (64, 64) slots (DQ_TMA), dq_dst is a descriptor over the fp32 dQ and each part
     of dQ_i goes through this warpgroup's slots and one TMA reduce-add; else dq_dst is a pointer
     and the threads add their registers with atomics."""
-    kv_ready = bars[0]
+    k_ready, v_ready = bars[0], bars[2]
     BM: gl.constexpr = q_bufs.type.shape[1]
     HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
-    KR: gl.constexpr = k_smem.type.shape[0] // 2
+    K_BUFS: gl.constexpr = k_smem.type.shape[0]
+    KR: gl.constexpr = k_smem.type.shape[1] // 2
     # dQ_i is computed in (64, 64) parts. DQ_SPLIT (ds_smem one (BN, BM) buffer): each
     # warpgroup computes half of its columns (d = 128) or rows (BM = 128) over all BN keys,
     # after both have written their dS^T. Else (ds_smem (2, KR, BM)): each computes all of dQ_i
@@ -180,8 +188,7 @@ def _bwd_warpgroup(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, DQ_N, 16]
     )  # a (DQ_M, DQ_N) part of dQ_i
 
-    k_rows = k_smem.slice(wg * KR, KR)  # (KR, d)
-    v_rows = v_smem.slice(wg * KR, KR)
+    v_rows = v_smem.slice(wg * KR, KR)  # (KR, d)
     if DQ_LAG:  # `_bwd_tile_lagged` takes ds_smem whole
         dq_row0 = 0
         dq_col0 = 0
@@ -210,7 +217,7 @@ def _bwd_warpgroup(
     key_rows = gl.arange(0, KR, layout=gl.SliceLayout(1, st_layout))
     n_kt = seqlen_k // (2 * KR)
     # The Q/dO ring's buffers and barriers, and lse's and D's sources (descriptors or pointers).
-    q_ready, do_ready = bars[2], bars[4]
+    q_ready, do_ready = bars[4], bars[6]
     ring = (q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready, lse_src, delta_src)
     done = 0  # steps of the earlier tiles: ring slots and barrier phases continue from there
     for tile_i in range(_num_rounds(n_kt * n_bh)):
@@ -220,16 +227,20 @@ def _bwd_warpgroup(
         dk = kv_zero
         dv = kv_zero
         n_steps = seqlen_q // BM - first
-        mbarrier.wait(kv_ready, tile_i & 1)
+        k_tile = k_smem.index(tile_i % K_BUFS)  # (BN, d)
+        k_rows = k_tile.slice(wg * KR, KR)  # (KR, d)
+        k_done = bars[1].index(tile_i % K_BUFS)  # arrived once the tile's products are done
+        mbarrier.wait(k_ready.index(tile_i % K_BUFS), (tile_i // K_BUFS) & 1)
+        mbarrier.wait(v_ready, tile_i & 1)
         if DQ_LAG:
             done = _bwd_tile_lagged(
-                wg, ring, k_smem, k_rows, v_rows, ds_smem, dq_stage, bars, dq_dst, dk_ptr,
-                dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps,
-                done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
+                wg, ring, k_tile, k_rows, v_rows, ds_smem, dq_stage, bars, k_done, dq_dst,
+                dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first,
+                n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
             )  # fmt: skip
         else:
             done = _bwd_tile(
-                wg, ring, k_smem, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars,
+                wg, ring, k_tile, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars, k_done,
                 dq_dst, dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k,
                 first, n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
             )  # fmt: skip
@@ -301,14 +312,14 @@ def _send_dq(dq, dq_stage, part, dq_dst, row, col):
 
 @gluon.jit
 def _bwd_tile(
-    wg: gl.constexpr, ring, k_smem, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars,
+    wg: gl.constexpr, ring, k_smem, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars, k_done,
     dq_dst, dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first,
     n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
 ):  # fmt: skip
     """One key tile of a warpgroup: n_steps query tiles from `first`, then its dK and dV
     written out. `done`: the steps of the program's earlier tiles (slots and phases go on from
     there); returns done + n_steps. ring: as `_step_grads` takes it."""
-    kv_ready, kv_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
+    k_ready, k_free, v_ready, v_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
     q_bufs = ring[0]
     SLOTS: gl.constexpr = q_bufs.type.shape[0]
     BM: gl.constexpr = q_bufs.type.shape[1]
@@ -345,6 +356,8 @@ def _bwd_tile(
             ring, k_rows, v_rows, it, i, bh, seqlen_q, k0, offs_k, q_rows, dk, dv, st_zero,
             qk_scale, CAUSAL,
         )  # fmt: skip
+        # In the tile's last step dP^T, V's last reader, is done: V goes back to the loader.
+        mbarrier.arrive(v_free, count=1, pred=step == n_steps - 1)
 
         # dS^T into shared memory, where the dQ product reads it as dS.
         if DQ_SPLIT:  # both warpgroups' last dQ products have read ds_smem
@@ -383,8 +396,8 @@ def _bwd_tile(
             else:  # read-modify-write 64*DQ_N fp32, in L2, by the threads
                 gl.atomic_add(dq_tile + h * DQ_N + dq_offs, dq, sem="relaxed")
 
-    # Every product of this tile has read K and V (the last dQ part was waited for above).
-    mbarrier.arrive(kv_free, count=1)
+    # Every product of this tile has read K (the last dQ part was waited for above).
+    mbarrier.arrive(k_done, count=1)
     _store_dk_dv(dk, dv, dk_ptr, dv_ptr, bh * seqlen_k + k0, sm_scale, dtype)
     return done + n_steps
 
@@ -435,16 +448,16 @@ def _dq_done(dq, ds_smem, ds_free, dq_stage, dq_dst, wg: gl.constexpr, it, row_i
 
 @gluon.jit
 def _bwd_tile_lagged(
-    wg: gl.constexpr, ring, k_smem, k_rows, v_rows, ds_smem, dq_stage, bars, dq_dst, dk_ptr,
-    dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps, done, dk, dv,
-    st_zero, dq_zero, q_rows, CAUSAL,
+    wg: gl.constexpr, ring, k_smem, k_rows, v_rows, ds_smem, dq_stage, bars, k_done, dq_dst,
+    dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps,
+    done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
 ):  # fmt: skip
     """`_bwd_tile` with the warpgroups sharing dS^T through two buffers, each step's dQ product
     one step late: step it writes its dS^T half into buffer it % 2 and then computes the dQ of
     step it - 1, whose other half the other warpgroup wrote a step ago, so neither waits for
     the other inside a step (FlashAttention-3's two dS stages). The last step's dQ goes after
     the loop. Returns done + n_steps."""
-    kv_ready, kv_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
+    k_ready, k_free, v_ready, v_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
     q_bufs = ring[0]
     SLOTS: gl.constexpr = q_bufs.type.shape[0]
     BM: gl.constexpr = q_bufs.type.shape[1]
@@ -459,6 +472,8 @@ def _bwd_tile_lagged(
             ring, k_rows, v_rows, it, i, bh, seqlen_q, k0, offs_k, q_rows, dk, dv, st_zero,
             qk_scale, CAUSAL,
         )  # fmt: skip
+        # In the tile's last step dP^T, V's last reader, is done: V goes back to the loader.
+        mbarrier.arrive(v_free, count=1, pred=step == n_steps - 1)
         # dS^T into buffer it % 2 once both warpgroups' dQ of step it - 2 have read it.
         mbarrier.wait(ds_free.index(it % 2), ((it // 2) & 1) ^ 1)
         tma.store_wait(0)  # the last reduce-add has read dq_stage (the barrier: all see it)
@@ -484,7 +499,7 @@ def _bwd_tile_lagged(
     tma.store_wait(0)
     _thread_barrier()
     _dq_done(dq, ds_smem, ds_free, dq_stage, dq_dst, wg, last, row_q + (n_steps - 1) * BM)
-    mbarrier.arrive(kv_free, count=1)  # every product of this tile has read K and V
+    mbarrier.arrive(k_done, count=1)  # every product of this tile has read K
     _store_dk_dv(dk, dv, dk_ptr, dv_ptr, bh * seqlen_k + k0, sm_scale, dtype)
     return done + n_steps
 
@@ -513,6 +528,7 @@ def _attn_bwd_ws_kernel(
     DQ_TMA: gl.constexpr,  # dQ added by TMA reduce-adds from shared memory, not thread atomics
     STATS_TMA: gl.constexpr,  # lse_i and D_i come through the TMA with Q_i and dO_i
     DQ_LAG: gl.constexpr,  # DQ_SPLIT's dS^T in two buffers, each step's dQ one step late
+    K_BUFS: gl.constexpr = 1,  # K's buffers: 2 lets persistent programs load the next tile's early
 ):
     """grid (P,): P programs take the B*H*N_K/BLOCK_N key tiles in turn (`_key_tile`); with
     P = the number of tiles, one each."""
@@ -522,7 +538,8 @@ def _attn_bwd_ws_kernel(
     dtype: gl.constexpr = q_desc.dtype
     q_bufs = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BM, HEAD_DIM], q_desc.layout)
     do_bufs = gl.allocate_shared_memory(dtype, [NUM_SLOTS, BM, HEAD_DIM], do_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [BN, HEAD_DIM], k_desc.layout)
+    # K in K_BUFS buffers (two: the next tile's arrives during this one's last steps), V in one
+    k_smem = gl.allocate_shared_memory(dtype, [K_BUFS, BN, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [BN, HEAD_DIM], v_desc.layout)
     if DQ_LAG:  # two of DQ_SPLIT's buffers, used in turn
         ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BN, BM], dtype)
@@ -548,16 +565,21 @@ def _attn_bwd_ws_kernel(
         stats_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8], gl.float32)
         lse_bufs = gl.allocate_shared_memory(gl.float32, [1, 8], stats_layout)
         delta_bufs = gl.allocate_shared_memory(gl.float32, [1, 8], stats_layout)
-    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    kv_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [K_BUFS, 1], mbarrier.MBarrierLayout())
+    k_free = gl.allocate_shared_memory(gl.int64, [K_BUFS, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    v_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
     q_free = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
     do_ready = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
     do_free = gl.allocate_shared_memory(gl.int64, [NUM_SLOTS, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(kv_ready, count=1)
-    mbarrier.init(kv_free, count=2)  # both warpgroups are done with a tile's K and V
+    for b in gl.static_range(K_BUFS):
+        mbarrier.init(k_ready.index(b), count=1)
+        mbarrier.init(k_free.index(b), count=2)  # both warpgroups are done with a tile's K
+    mbarrier.init(v_ready, count=1)
+    mbarrier.init(v_free, count=2)  # both warpgroups have computed a tile's last dP^T
     for b in gl.static_range(2):  # (the second buffer's only with DQ_LAG)
         mbarrier.init(ds_ready.index(b), count=2)  # both warpgroups have written their dS^T
         mbarrier.init(ds_free.index(b), count=2)  # both warpgroups' dQ products have read it
@@ -566,7 +588,7 @@ def _attn_bwd_ws_kernel(
         mbarrier.init(do_ready.index(s), count=1)
         mbarrier.init(q_free.index(s), count=2)  # both warpgroups release a slot
         mbarrier.init(do_free.index(s), count=2)
-    bars = (kv_ready, kv_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free)
+    bars = (k_ready, k_free, v_ready, v_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free)
     grad_args = (
         bars, dq_dst, dk_ptr, dv_ptr, lse_src, delta_src, seqlen_q, seqlen_k, n_bh, qk_scale,
         sm_scale, CAUSAL,
