@@ -229,21 +229,24 @@ def _bwd_warpgroup(
         n_steps = seqlen_q // BM - first
         k_tile = k_smem.index(tile_i % K_BUFS)  # (BN, d)
         k_rows = k_tile.slice(wg * KR, KR)  # (KR, d)
-        k_done = bars[1].index(tile_i % K_BUFS)  # arrived once the tile's products are done
         mbarrier.wait(k_ready.index(tile_i % K_BUFS), (tile_i // K_BUFS) & 1)
         mbarrier.wait(v_ready, tile_i & 1)
         if DQ_LAG:
             done = _bwd_tile_lagged(
-                wg, ring, k_tile, k_rows, v_rows, ds_smem, dq_stage, bars, k_done, dq_dst,
+                wg, ring, k_tile, k_rows, v_rows, ds_smem, dq_stage, bars, dq_dst,
                 dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first,
                 n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
             )  # fmt: skip
         else:
             done = _bwd_tile(
-                wg, ring, k_tile, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars, k_done,
+                wg, ring, k_tile, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars,
                 dq_dst, dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k,
                 first, n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
             )  # fmt: skip
+        # Every product of this tile has read K, and dK and dV are stored. (With one buffer the
+        # next tile's K waits for these stores; with the mask, where one buffer is the default,
+        # handing K back before them is untried on a GPU.)
+        mbarrier.arrive(bars[1].index(tile_i % K_BUFS), count=1)
     if DQ_TMA:
         tma.store_wait(0)  # the last reduce-adds have read dq_stage before the program ends
 
@@ -312,7 +315,7 @@ def _send_dq(dq, dq_stage, part, dq_dst, row, col):
 
 @gluon.jit
 def _bwd_tile(
-    wg: gl.constexpr, ring, k_smem, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars, k_done,
+    wg: gl.constexpr, ring, k_smem, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars,
     dq_dst, dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first,
     n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
 ):  # fmt: skip
@@ -396,8 +399,6 @@ def _bwd_tile(
             else:  # read-modify-write 64*DQ_N fp32, in L2, by the threads
                 gl.atomic_add(dq_tile + h * DQ_N + dq_offs, dq, sem="relaxed")
 
-    # Every product of this tile has read K (the last dQ part was waited for above).
-    mbarrier.arrive(k_done, count=1)
     _store_dk_dv(dk, dv, dk_ptr, dv_ptr, bh * seqlen_k + k0, sm_scale, dtype)
     return done + n_steps
 
@@ -448,7 +449,7 @@ def _dq_done(dq, ds_smem, ds_free, dq_stage, dq_dst, wg: gl.constexpr, it, row_i
 
 @gluon.jit
 def _bwd_tile_lagged(
-    wg: gl.constexpr, ring, k_smem, k_rows, v_rows, ds_smem, dq_stage, bars, k_done, dq_dst,
+    wg: gl.constexpr, ring, k_smem, k_rows, v_rows, ds_smem, dq_stage, bars, dq_dst,
     dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps,
     done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
 ):  # fmt: skip
@@ -499,7 +500,6 @@ def _bwd_tile_lagged(
     tma.store_wait(0)
     _thread_barrier()
     _dq_done(dq, ds_smem, ds_free, dq_stage, dq_dst, wg, last, row_q + (n_steps - 1) * BM)
-    mbarrier.arrive(k_done, count=1)  # every product of this tile has read K
     _store_dk_dv(dk, dv, dk_ptr, dv_ptr, bh * seqlen_k + k0, sm_scale, dtype)
     return done + n_steps
 
