@@ -161,6 +161,7 @@ REFUSED = [
      "num_slots=3, dq_split=False, dq_tma=True, .* at d = 128 need .* more than the 232448"),
     (128, {"k_bufs": 3}, "k_bufs must be 1 or 2, got 3"),
     (128, {"k_bufs": True}, "k_bufs must be 1 or 2, got True"),
+    (128, {"k_bufs": 2.0}, "k_bufs must be 1 or 2, got 2.0"),
     (128, {"dq_split": False, "k_bufs": 2},
      "dq_split=False, .* k_bufs=2 at d = 128 need .* more than the 232448"),
 ]  # fmt: skip

@@ -275,7 +275,7 @@ def launch_options(
     if k_bufs is None:
         with_two = shared_bytes(d, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag, 2)
         k_bufs = k_bufs_default(persistent, causal, with_two)
-    if isinstance(k_bufs, bool) or k_bufs not in (1, 2):
+    if isinstance(k_bufs, bool) or not isinstance(k_bufs, int) or k_bufs not in (1, 2):
         raise ValueError(f"k_bufs must be 1 or 2, got {k_bufs!r}")
     need = shared_bytes(d, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag, k_bufs)
     if need > SHARED_LIMIT:
@@ -405,7 +405,8 @@ def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = to
                      block_m: int | None = None, dq_lag: bool | None = None,
                      persistent: bool = False, k_bufs: int | None = None):  # fmt: skip
     """Compile the kernel for sm_90 here, without a GPU (`cross_compile.compile_for`): proof on a
-    CPU machine that it builds for Hopper, with its shared memory, registers and PTX. The lengths
+    CPU machine that it builds for Hopper, with its shared memory, registers and PTX (persistent:
+    the defaults of a persistent launch, which take K's second buffer without the mask). The lengths
     count as multiples of 16, as a launch with N a multiple of 128 specializes them. Options that
     resolve to the same launch (`launch_options`) are compiled once per process: the same
     Compiled comes back, to be read, not changed."""
