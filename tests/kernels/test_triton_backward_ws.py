@@ -144,9 +144,12 @@ def test_a_second_k_buffer_for_persistent_programs_where_it_fits(d, causal, pers
         opts["block_m"], opts["dq_lag"], k_bufs,
     )  # fmt: skip
     assert counted <= bws.SHARED_LIMIT
-    # without the lag's second dS^T buffer, at d = 128 each warpgroup's own dQ parts take the room
+
+
+def test_one_k_buffer_where_two_do_not_fit_and_two_when_asked():
+    # without a shared dS^T, at d = 128 each warpgroup's own dQ parts take the second one's room
     assert bws.launch_options(128, False, dq_split=False, persistent=True)["k_bufs"] == 1
-    assert bws.launch_options(128, True, persistent=True, k_bufs=2)["k_bufs"] == 2  # when asked
+    assert bws.launch_options(128, True, persistent=True, k_bufs=2)["k_bufs"] == 2
 
 
 REFUSED = [
