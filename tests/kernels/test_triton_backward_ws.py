@@ -7,6 +7,8 @@ the register hand-over and the dQ atomics in the PTX) and the refusals. On a Hop
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from test_triton_backward import GPU_TOL, make_generator, make_inputs, reference_grads
@@ -23,6 +25,9 @@ requires_hopper = pytest.mark.skipif(not HOPPER, reason="needs a Hopper GPU (sm_
 H200_SHARED = 232448
 # the sm_90 builds on one worker: options that resolve to one launch are compiled once there
 on_one_worker = pytest.mark.xdist_group("sm90-backward")
+# shared_bytes' arguments after d, as launch_options names them
+SHARED_KEYS = ("num_slots", "dq_split", "dq_tma", "stats_tma", "block_m", "dq_lag", "k_bufs",
+               "dkdv_tma")  # fmt: skip
 
 
 @on_one_worker
@@ -42,8 +47,34 @@ def test_builds_for_sm90(d, block_m, causal, dq_tma, stats_tma):
     thread_atomics = "red.global" in ptx or "atom.global" in ptx
     tma_adds = "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add" in ptx
     assert (tma_adds, thread_atomics) == (dq_tma, not dq_tma), (tma_adds, thread_atomics)
+    assert _dk_dv_by_the_tma(ptx) is False  # one program a key tile: the threads' own stores
     assert f"setmaxnreg.dec.sync.aligned.u32 \t{bws_kernel.LOADER_REGS.value}" in ptx
     assert f"setmaxnreg.inc.sync.aligned.u32 \t{bws_kernel.GRAD_REGS.value}" in ptx
+
+
+def _dk_dv_by_the_tma(ptx: str) -> bool:
+    """True where dK and dV leave by TMA stores only, False where by the threads' own stores."""
+    tma = re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::\w+\.bulk_group", ptx)
+    threads = "st.global" in ptx
+    assert bool(tma) != threads, (bool(tma), threads)
+    return bool(tma)
+
+
+@on_one_worker
+@pytest.mark.parametrize("dkdv_tma", [None, False])
+@pytest.mark.parametrize("d, causal", [(64, False), (64, True), (128, False), (128, True)])
+def test_persistent_programs_send_dk_dv_through_the_tma(d, causal, dkdv_tma):
+    """A persistent program's dK and dV go through shared memory and TMA copies by default (the
+    threads' stores, from the wgmma layout, took 2.5 to 3.3 us a key tile), in the
+    warpgroups' dQ staging: no shared memory added; dkdv_tma=False keeps the threads' stores."""
+    compiled = bws.compile_for_sm90(d, causal, persistent=True, dkdv_tma=dkdv_tma)
+    assert _dk_dv_by_the_tma(compiled.ptx) is (dkdv_tma is None)
+    assert compiled.shared_bytes <= bws.SHARED_LIMIT
+    opts = bws.launch_options(d, causal, persistent=True, dkdv_tma=dkdv_tma)
+    assert opts["dkdv_tma"] is (dkdv_tma is None)
+    assert bws.shared_bytes(d, *[opts[k] for k in SHARED_KEYS]) == bws.shared_bytes(
+        d, *[opts[k] for k in SHARED_KEYS[:-1]], not opts["dkdv_tma"]
+    )  # with dq_tma the dQ staging holds them
 
 
 @on_one_worker
@@ -116,12 +147,13 @@ def test_a_choice_given_moves_the_defaults_that_depend_on_it(d, causal, given, e
 @pytest.mark.parametrize(
     "d, causal, n_k, expected",
     [(128, False, 1024, True), (128, True, 4096, True), (128, True, 8192, False),
-     (64, False, 2048, True), (64, True, 1024, False), (64, False, 16384, False)],
+     (64, False, 2048, True), (64, True, 1024, True), (64, False, 16384, False)],
 )  # fmt: skip
 def test_persistent_programs_by_default_only_where_they_were_ahead(d, causal, n_k, expected):
-    """Persistent programs (dealt head by head) up to 4k keys, except at d = 64 with the mask
-    (H200, 2026-12-05); the default a launch takes (`_default_options`) follows, and at d = 128
-    without the mask brings the lagged dQ with it."""
+    """Persistent programs (dealt head by head) up to 4k keys (H200, 2026-12-05; d = 64 with the
+    mask since dK and dV leave by the TMA, H100, 2026-12-06); the default a launch takes
+    (`_default_options`) follows, and at d = 128 without the mask brings the lagged dQ with
+    it."""
     assert bws.persistent_default(d, causal, n_k) is expected
     opts = bws._default_options(d, causal, bws.persistent_default(d, causal, n_k))
     assert opts["persistent"] is expected
@@ -130,12 +162,12 @@ def test_persistent_programs_by_default_only_where_they_were_ahead(d, causal, n_
 
 @pytest.mark.parametrize(
     "d, causal, persistent, k_bufs",
-    [(128, False, True, 2), (64, False, True, 2), (128, True, True, 1), (64, True, True, 1),
+    [(128, False, True, 2), (64, False, True, 2), (128, True, True, 2), (64, True, True, 2),
      (128, True, False, 1), (64, False, False, 1)],
 )  # fmt: skip
 def test_a_second_k_buffer_for_persistent_programs_where_it_fits(d, causal, persistent, k_bufs):
-    """Persistent programs without the mask get K's second buffer by default (it fits beside the
-    lag's buffers at both head dimensions; with the mask it measured level or behind); one
+    """Persistent programs get K's second buffer by default, with the mask or without (it fits
+    beside the lag's buffers at both head dimensions, and carries the lag across tiles); one
     program a key tile has no next tile to load it for."""
     opts = bws.launch_options(d, causal, persistent=persistent)
     assert opts["k_bufs"] == k_bufs, opts
@@ -338,6 +370,18 @@ def test_persistent_programs_with_one_or_two_k_buffers(shape, causal, lag, k_buf
 
 @requires_hopper
 @pytest.mark.gpu
+@pytest.mark.parametrize("dkdv_tma", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(4, 40, 1024, 1024, 128), (4, 40, 1024, 1024, 64)])
+def test_dk_dv_by_the_tma_or_the_threads_either_launch(shape, causal, dkdv_tma):
+    """dK and dV through the TMA in programs of one key tile, and by the threads' stores in
+    persistent programs (the defaults are the other way round), with the lag carried across
+    tiles: right either way."""
+    check_against_float64(shape, causal, persistent=not dkdv_tma, dkdv_tma=dkdv_tma)
+
+
+@requires_hopper
+@pytest.mark.gpu
 @pytest.mark.parametrize("d, options, message", REFUSED)
 def test_the_launch_refuses_before_running(d, options, message):
     """The same refusals from flash_attention_bwd_ws on real tensors, before any launch."""
@@ -359,11 +403,12 @@ def test_the_autograd_function_prefers_it_only_on_hopper():
 @pytest.mark.parametrize(
     "n, d, causal, runs_it",
     [(2048, 128, True, True), (1024, 128, False, True), (1024, 128, True, True),
-     (1024, 64, False, False), (1024, 64, True, False), (2048, 64, True, True)],
+     (1024, 64, False, True), (1024, 64, True, True), (2048, 64, True, True),
+     (192, 64, False, False)],
 )  # fmt: skip
 def test_the_autograd_function_runs_it_where_preferred(n, d, causal, runs_it, monkeypatch):
-    """From 2k keys, and at 1k keys at d = 128, the autograd function's backward is this kernel
-    (and its gradients are right); elsewhere (d = 64 below 2k keys) the course's."""
+    """Wherever it takes the shape, the autograd function's backward is this kernel, and its
+    gradients are right; elsewhere (192 queries: not a multiple of its 128) the course's."""
     from course_utils import triton_attention as ta
 
     calls = []

@@ -22,6 +22,9 @@ key tiles in turn); each program's warps split by job:
                     dV  += P^T dO_i          dK  += dS^T Q_i               (registers, 64 x d)
                     dQ_i += dS K             (shared memory, then one TMA reduce-add into HBM)
 
+                and at a key tile's end its dK and dV, written into the warpgroup's dQ staging
+                in shared memory and copied out by the TMA while the next tile starts
+
 dS^T goes through shared memory, where the dQ product reads it transposed. With dq_split the two
 warpgroups share their dS^T halves (an mbarrier between them) and each computes half of dQ_i over
 all 128 keys: half its columns at d = 128 (32 accumulator registers a thread instead of 64, half
@@ -30,7 +33,9 @@ keys' part of dQ_i and never waits for the other (with the mask, at d = 128, tha
 With dq_lag (the default at d = 64, and at d = 128 with the mask) the shared dS^T has two
 buffers and each step computes the previous step's dQ (FlashAttention-3's two dS stages): the
 other warpgroup has had a whole step to write its half, so the two need not meet inside a step
-and their exponential phases drift apart, leaving the tensor cores less idle.
+and their exponential phases drift apart, leaving the tensor cores less idle. With two K buffers
+the lag runs on across a persistent program's key tiles: a tile's last dQ product goes into the
+next tile's first step, so that no product runs alone at either end of a tile.
 dQ_i leaves as FlashAttention-3 sends it: written to shared memory in fp32 and added
 into HBM by one TMA bulk reduce-add (`cp.reduce.async.bulk.tensor ... add`), not by the threads'
 atomics; Triton 3.6 has the operation but no Gluon name for it, so `_tma_reduce_add` emits it.
@@ -39,10 +44,10 @@ holds 16 (32) query columns of each, which it would otherwise keep in registers,
 64-bit addresses, through the step's products.
 
 HBM traffic per head, N queries and keys: K, V read once; Q, dO, lse and D once per key tile
-(N / 128 times, most re-reads from L2); dK, dV written once; dQ read-modified-written in fp32 once
-per key tile (by the TMA, in L2; twice without dq_split), then scaled and cast once. Shapes it
-takes: `forward_ws.supported` (Hopper, float16 or bfloat16, d 64 or 128, contiguous, lengths
-multiples of 128).
+(N / 128 times, most re-reads from L2); dK, dV written once (by the TMA); dQ
+read-modified-written in fp32 once per key tile (by the TMA, in L2; twice without dq_split),
+then scaled and cast once. Shapes it takes: `forward_ws.supported` (Hopper, float16 or
+bfloat16, d 64 or 128, contiguous, lengths multiples of 128).
 
 Measured on the H200 (docs/journal.md, "Gluon backward" runs 1 to 9, each variant against the
 others, the course backward and SDPA's in one run): the TMA reduce-add made it 1.12 to 1.36 times
@@ -125,6 +130,7 @@ def flash_attention_bwd_ws(
     block_m: int | None = None,
     dq_lag: bool | None = None,
     k_bufs: int | None = None,
+    dkdv_tma: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients (dq, dk, dv) as `backward.flash_attention_bwd`, by the warp-specialized kernel
     (Hopper only; ValueError naming what `forward_ws.supported` refuses).
@@ -145,7 +151,9 @@ def flash_attention_bwd_ws(
     dS^T buffers and each step's dQ product one step late, so that they do not wait for each
     other inside a step (needs dq_tma; default `dq_lag_default(d, causal, persistent)`);
     k_bufs: K's shared-memory buffers, 1 or 2 (with 2 a persistent program loads its next key
-    tile's K while this one's last steps run; default `k_bufs_default`).
+    tile's K while this one's last steps run; default `k_bufs_default`); dkdv_tma: each key
+    tile's dK and dV leave through shared memory and TMA copies that run on while the next tile
+    starts (default: with persistent programs), else by the threads' own stores.
     Defaults and refusals: `launch_options`. Extra memory: an fp32 dQ of q's shape.
     """
     _check_backward_inputs(do, q, k, v, out, lse, causal)
@@ -160,7 +168,7 @@ def flash_attention_bwd_ws(
         persistent = persistent_default(d, causal, k.shape[2])
     opts = launch_options(
         d, causal, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag, bool(persistent),
-        k_bufs,
+        k_bufs, dkdv_tma,
     )  # fmt: skip
     scale = float(softmax_scale_or_default(softmax_scale, d))
     if q.numel() == 0:  # no query: out does not depend on q, k, v (as the course backward)
@@ -218,6 +226,10 @@ def launch(do, q, k, v, out, lse, causal: bool, scale: float, opts: dict):
            lse.data_ptr() % 16 == 0)  # fmt: skip
     checked = not aligned or key not in _LAUNCHES
     dq_dst = _dq_descriptor(dq32, checked) if dq_tma else dq32
+    if opts["dkdv_tma"]:
+        dk_dst, dv_dst = _descriptor(dk, DQ_ROWS, checked), _descriptor(dv, DQ_ROWS, checked)
+    else:
+        dk_dst, dv_dst = dk, dv
     if stats_tma:
         lse_src = _stats_descriptor(lse, block_m, checked)
         delta_src = _stats_descriptor(delta, block_m, checked)
@@ -225,7 +237,8 @@ def launch(do, q, k, v, out, lse, causal: bool, scale: float, opts: dict):
         lse_src, delta_src = lse, delta
     args = (
         _descriptor(q, block_m, checked), _descriptor(k, BLOCK_N, checked),
-        _descriptor(v, BLOCK_N, checked), _descriptor(do, block_m, checked), dq_dst, dk, dv,
+        _descriptor(v, BLOCK_N, checked), _descriptor(do, block_m, checked), dq_dst, dk_dst,
+        dv_dst,
         lse_src, delta_src, n_q, n_k, bh, scale * LOG2E, scale,
     )  # fmt: skip
     constexprs = {
@@ -242,14 +255,15 @@ def launch_options(
     d: int, causal: bool, num_slots: int | None = None, dq_split: bool | None = None,
     dq_tma: bool = DQ_TMA_DEFAULT, stats_tma: bool = STATS_TMA_DEFAULT,
     block_m: int | None = None, dq_lag: bool | None = None, persistent: bool = False,
-    k_bufs: int | None = None,
+    k_bufs: int | None = None, dkdv_tma: bool | None = None,
 ) -> dict:  # fmt: skip
     """The kernel's options at head dimension d, as a launch and `compile_for_sm90` take them
     (persistent: the launch's grid, which moves the lag's default): each None replaced by its
     measured default (`block_m_default`, `dq_lag_default`, `dq_split_default`,
-    `num_slots_default`, `k_bufs_default`), dq_split as the kernel reads it (True where the
-    warpgroups share dS^T), and a ValueError naming the argument for a combination the kernel
-    cannot take or whose buffers pass the H200's shared memory (`shared_bytes`)."""
+    `num_slots_default`, `k_bufs_default`; dkdv_tma: persistent), dq_split as the kernel reads
+    it (True where the warpgroups share dS^T), and a ValueError naming the argument for a
+    combination the kernel cannot take or whose buffers pass the H200's shared memory
+    (`shared_bytes`)."""
     block_m = block_m_default(d) if block_m is None else block_m
     if block_m not in BLOCK_MS or (block_m == 128 and d != 64):
         raise ValueError(
@@ -272,12 +286,18 @@ def launch_options(
     num_slots = num_slots_default(d, causal, dq_lag) if num_slots is None else num_slots
     if isinstance(num_slots, bool) or not isinstance(num_slots, int) or not 1 <= num_slots <= 3:
         raise ValueError(f"num_slots must be an int from 1 to 3, got {num_slots!r}")
+    # dK, dV through the TMA: measured ahead only where a program goes on to another key tile
+    dkdv_tma = bool(persistent) if dkdv_tma is None else bool(dkdv_tma)
     if k_bufs is None:
-        with_two = shared_bytes(d, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag, 2)
+        with_two = shared_bytes(
+            d, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag, 2, dkdv_tma
+        )
         k_bufs = k_bufs_default(persistent, causal, with_two)
     if isinstance(k_bufs, bool) or not isinstance(k_bufs, int) or k_bufs not in (1, 2):
         raise ValueError(f"k_bufs must be 1 or 2, got {k_bufs!r}")
-    need = shared_bytes(d, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag, k_bufs)
+    need = shared_bytes(
+        d, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag, k_bufs, dkdv_tma
+    )
     if need > SHARED_LIMIT:
         raise ValueError(
             f"num_slots={num_slots}, dq_split={dq_split}, dq_tma={dq_tma}, "
@@ -288,20 +308,21 @@ def launch_options(
     return {
         "num_slots": num_slots, "dq_split": dq_split, "dq_tma": bool(dq_tma),
         "stats_tma": bool(stats_tma), "block_m": block_m, "dq_lag": dq_lag,
-        "persistent": bool(persistent), "k_bufs": k_bufs,
+        "persistent": bool(persistent), "k_bufs": k_bufs, "dkdv_tma": dkdv_tma,
     }  # fmt: skip
 
 
 def k_bufs_default(persistent: bool, causal: bool, shared_with_two: int) -> int:
-    """K's buffers: 2 for persistent programs without the mask where the second fits in shared
-    memory (shared_with_two: the program's bytes with two), so that the loader brings the next
-    key tile's K while this tile's last steps still read the other; else 1 (one program a key
-    tile has no next tile). Measured on an H100, 2026-12-06 (journal "K's second buffer"),
-    two against one in the same rotating rounds: without the mask 1.02 to 1.04 times at d = 128
-    (1k and 4k keys) and 1.07 times at d = 64 (1k); with the mask 0.98 to 0.99 times at d = 128,
-    and the autograd function's causal d = 128 points 2 to 4 % lower in the grid than the day
-    before, so the mask keeps one."""
-    return 2 if persistent and not causal and shared_with_two <= SHARED_LIMIT else 1
+    """K's buffers: 2 for persistent programs where the second fits in shared memory
+    (shared_with_two: the program's bytes with two), so that the loader brings the next key
+    tile's K while this tile's last steps still read the other, and the lag runs on across
+    tiles; else 1 (one program a key tile has no next tile). Measured on an H100, 2026-12-06
+    (journal "dK and dV through the TMA"), two against one in the same rotating rounds, with
+    dK and dV copied out by the TMA: 1.00 to 1.08 times at every point of d {64, 128} x mask
+    x {1k, 4k} keys but causal d = 128 at 4k (0.998). (With the threads' stores, the day's
+    earlier rounds had the mask at 0.98 to 0.99 times.) causal: kept for the signature."""
+    del causal
+    return 2 if persistent and shared_with_two <= SHARED_LIMIT else 1
 
 
 def block_m_default(d: int) -> int:
@@ -322,13 +343,15 @@ def dq_lag_default(d: int, causal: bool, persistent: bool = False) -> bool:
 
 def persistent_default(d: int, causal: bool, n_k: int) -> bool:
     """Whether one program per SM takes the key tiles in turn (else one program per key tile):
-    up to PERSISTENT_MAX_KEYS keys, except at d = 64 with the mask. Measured on an H200,
-    2026-12-05 (journal "Backward at short lengths"), persistent against one program a tile,
-    with the defaults of each: d = 128 with the mask 1.03 to 1.04 times at 1k to 4k keys;
-    without it, lagged, 1.02 to 1.04 times the unlagged default; d = 64 without the mask 1.02
-    to 1.05 times; d = 64 with the mask level at 2k and 0.96 times at 4k. Longer sequences keep
-    run 5's one program a tile (level or ahead there)."""
-    return n_k <= PERSISTENT_MAX_KEYS and not (d == 64 and causal)
+    up to PERSISTENT_MAX_KEYS keys. Measured on an H200, 2026-12-05 (journal "Backward at short
+    lengths"), persistent against one program a tile, with the defaults of each: d = 128 with
+    the mask 1.03 to 1.04 times at 1k to 4k keys; without it, lagged, 1.02 to 1.04 times the
+    unlagged default; d = 64 without the mask 1.02 to 1.05 times. d = 64 with the mask, level
+    at 2k and 0.96 times at 4k then, is 1.15 times at 1k (255 against 222 TFLOP/s) since dK and
+    dV leave through the TMA with the lag carried across tiles (H100, 2026-12-06). Longer
+    sequences keep run 5's one program a tile (level or ahead there)."""
+    del d, causal
+    return n_k <= PERSISTENT_MAX_KEYS
 
 
 def num_slots_default(d: int, causal: bool, dq_lag: bool = False) -> int:
@@ -348,15 +371,11 @@ def dq_split_default(d: int, causal: bool, dq_lag: bool = False) -> bool:
 
 def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> bool:
     """Whether `flash_attention` (kernels="auto") should run this kernel rather than the course
-    backward (`autograd.pick_kernel` asks): it
-    takes the shape, and it was the faster of the two on the H200 there (docs/journal.md,
-    Gluon backward run 9): from 2k keys (at 4k and 16k 1.03 to 1.32 times the course backward),
-    and at 1k keys at d = 128 (1.17 times without the mask; with it 269 against 252 TFLOP/s in
-    rotating rounds, 2026-12-04, where run 9's single timings had the course ahead). At 1k keys
-    at d = 64 the course's three kernels are faster (319 against 303, 243 against 217)."""
-    if supported(q, k, v, causal) is not None:
-        return False
-    return k.shape[2] >= 2048 or q.shape[3] == 128
+    backward (`autograd.pick_kernel` asks): wherever it takes the shape. From 2k keys it was
+    1.03 to 1.32 times the course backward (H200, Gluon backward run 9); at 1k keys, with dK
+    and dV through the TMA, 1.13 to 1.26 times at d = 128 and 1.08 to 1.13 times at d = 64
+    (H100, 2026-12-06, rotating rounds), where the course's kernels had been ahead at d = 64."""
+    return supported(q, k, v, causal) is None
 
 
 DQ_COLS = 64  # columns of dQ_i in one product and one reduce-add
@@ -384,17 +403,19 @@ def _stats_descriptor(
 
 def shared_bytes(
     d: int, num_slots: int, dq_split: bool, dq_tma: bool, stats_tma: bool = STATS_TMA_DEFAULT,
-    block_m: int = BLOCK_M, dq_lag: bool = False, k_bufs: int = 1,
+    block_m: int = BLOCK_M, dq_lag: bool = False, k_bufs: int = 1, dkdv_tma: bool = False,
 ) -> int:  # fmt: skip
     """Shared memory of one program, in bytes: the Q/dO ring (with lse and D when stats_tma), K
-    (k_bufs times) and V, dS^T (twice with dq_lag), with dq_tma each warpgroup's fp32 staging
-    of its dQ_i parts, and up to 1 KB for the mbarriers and the alignment between buffers."""
+    (k_bufs times) and V, dS^T (twice with dq_lag), each warpgroup's fp32 staging of its dQ_i
+    parts (with dq_tma; with dkdv_tma dK and dV go out through it too, 16 KB a warpgroup
+    without dq_tma), and up to 1 KB for the mbarriers and the alignment between buffers."""
     elem = 2
     ring = 2 * num_slots * block_m * d * elem
     kv = (k_bufs + 1) * BLOCK_N * d * elem
     ds = BLOCK_N * block_m * elem * (2 if dq_lag else 1)
     parts = 1 if dq_split else d // DQ_COLS
-    stage = 2 * parts * DQ_ROWS * DQ_COLS * 4 if dq_tma else 0
+    # without dq_tma the staging is there for dK's and dV's copies out only: 16 KB a warpgroup
+    stage = 2 * (parts if dq_tma else int(dkdv_tma)) * DQ_ROWS * DQ_COLS * 4
     stats = 2 * num_slots * block_m * 4 if stats_tma else 0
     return ring + stats + kv + ds + stage + 1024
 
@@ -403,18 +424,20 @@ def compile_for_sm90(d: int = 128, causal: bool = False, dtype: torch.dtype = to
                      num_slots: int | None = None, dq_split: bool | None = None,
                      dq_tma: bool = DQ_TMA_DEFAULT, stats_tma: bool = STATS_TMA_DEFAULT,
                      block_m: int | None = None, dq_lag: bool | None = None,
-                     persistent: bool = False, k_bufs: int | None = None):  # fmt: skip
+                     persistent: bool = False, k_bufs: int | None = None,
+                     dkdv_tma: bool | None = None):  # fmt: skip
     """Compile the kernel for sm_90 here, without a GPU (`cross_compile.compile_for`): proof on a
     CPU machine that it builds for Hopper, with its shared memory, registers and PTX (persistent:
-    the defaults of a persistent launch, which take K's second buffer without the mask). The lengths
-    count as multiples of 16, as a launch with N a multiple of 128 specializes them. Options that
-    resolve to the same launch (`launch_options`) are compiled once per process: the same
-    Compiled comes back, to be read, not changed."""
+    the defaults of a persistent launch, which take K's second buffer and dK, dV by the TMA).
+    The lengths count as multiples of 16, as a launch with N a multiple of 128 specializes
+    them. Options that resolve to the same launch (`launch_options`) are compiled once per
+    process: the same Compiled comes back, to be read, not changed."""
     if d not in HEAD_DIMS or dtype not in _GL_DTYPES:
         raise ValueError(f"d must be one of {HEAD_DIMS} and dtype float16 or bfloat16")
     opts = launch_options(
-        d, causal, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag, persistent, k_bufs
-    )
+        d, causal, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag, persistent, k_bufs,
+        dkdv_tma,
+    )  # fmt: skip
     return _compile_for_sm90(d, bool(causal), dtype, tuple(sorted(opts.items())))
 
 
@@ -429,20 +452,25 @@ def _compile_for_sm90(d: int, causal: bool, dtype: torch.dtype, options: tuple):
     signature = descriptor_signature(
         d, dtype, {"q_desc": block_m, "k_desc": BLOCK_N, "v_desc": BLOCK_N, "do_desc": block_m}
     )
-    elem = {torch.bfloat16: "*bf16", torch.float16: "*fp16"}[dtype]
     if dq_tma:
         signature["dq_dst"] = mangle_type(_dq_descriptor(torch.empty((4 * BLOCK_M, d))))
     else:
         signature["dq_dst"] = "*fp32"
+    if opts["dkdv_tma"]:
+        signature.update(descriptor_signature(d, dtype, {"dk_dst": DQ_ROWS, "dv_dst": DQ_ROWS}))
+    else:
+        elem = {torch.bfloat16: "*bf16", torch.float16: "*fp16"}[dtype]
+        signature.update(dk_dst=elem, dv_dst=elem)
     if stats_tma:
         stats = mangle_type(_stats_descriptor(torch.empty(4 * block_m), block_m))
     else:
         stats = "*fp32"
     signature.update(
-        dk_ptr=elem, dv_ptr=elem, lse_src=stats, delta_src=stats,
+        lse_src=stats, delta_src=stats,
         seqlen_q="i32", seqlen_k="i32", n_bh="i32", qk_scale="fp32", sm_scale="fp32",
     )  # fmt: skip
-    divisible = ["dk_ptr", "dv_ptr", "seqlen_q", "seqlen_k"]
+    divisible = ["seqlen_q", "seqlen_k"]
+    divisible += [] if opts["dkdv_tma"] else ["dk_dst", "dv_dst"]
     divisible += [] if dq_tma else ["dq_dst"]
     divisible += [] if stats_tma else ["lse_src", "delta_src"]
     return compile_for(

@@ -22,7 +22,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from course_utils.triton_attention.hopper.forward_ws import _num_rounds, _position, _tma_load
+from course_utils.triton_attention.hopper.forward_ws import (
+    _num_rounds,
+    _position,
+    _tma_load,
+    _tma_store,
+)
 
 # Triton 3.9 renamed the barrier among a partition's threads (3.6, on the lent H200: the old name).
 _thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -51,6 +56,10 @@ def _tma_reduce_add_builtin():
 
 
 _tma_reduce_add = _tma_reduce_add_builtin()
+# A shared-memory view of another dtype and shape: `reinterpret` in Triton 3.9, `_reinterpret`
+# in 3.6.
+_PUBLIC_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
+
 
 KEY_MAJOR_TILES = gl.constexpr(128)  # key tiles a head from which `_key_tile` deals by key tile
 LOADER_REGS = gl.constexpr(24)
@@ -152,7 +161,7 @@ def _issue_scores(k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, it, st_zer
 @gluon.jit
 def _bwd_warpgroup(
     wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, lse_bufs, delta_bufs, dq_stage,
-    bars, dq_dst, dk_ptr, dv_ptr, lse_src, delta_src, seqlen_q, seqlen_k, n_bh, qk_scale,
+    bars, dq_dst, dk_dst, dv_dst, lse_src, delta_src, seqlen_q, seqlen_k, n_bh, qk_scale,
     sm_scale, CAUSAL,
 ):  # fmt: skip
     """Keys wg*64 .. wg*64+63 of each of this program's key tiles: dK and dV over every query
@@ -160,7 +169,8 @@ def _bwd_warpgroup(
 
     With dq_stage (64, 64) slots (DQ_TMA), dq_dst is a descriptor over the fp32 dQ and each part
     of dQ_i goes through this warpgroup's slots and one TMA reduce-add; else dq_dst is a pointer
-    and the threads add their registers with atomics."""
+    and the threads add their registers with atomics (and dq_stage's (128, 32) slots, where
+    dk_dst is a descriptor, hold only dK and dV on their way out, `_store_dk_dv`)."""
     k_ready, v_ready = bars[0], bars[2]
     BM: gl.constexpr = q_bufs.type.shape[1]
     HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
@@ -175,7 +185,6 @@ def _bwd_warpgroup(
     # step late (`_bwd_tile_lagged`).
     DQ_LAG: gl.constexpr = len(ds_smem.type.shape) == 3 and ds_smem.type.shape[1] == 2 * KR
     DQ_SPLIT: gl.constexpr = len(ds_smem.type.shape) == 2
-    DQ_TMA: gl.constexpr = dq_stage.type.shape[1] == 64  # else a small unused buffer
     DQ_N: gl.constexpr = 64
     DQ_M: gl.constexpr = 64
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -219,7 +228,15 @@ def _bwd_warpgroup(
     # The Q/dO ring's buffers and barriers, and lse's and D's sources (descriptors or pointers).
     q_ready, do_ready = bars[4], bars[6]
     ring = (q_bufs, do_bufs, lse_bufs, delta_bufs, q_ready, do_ready, lse_src, delta_src)
+    # With the lag and two K buffers (CARRY) the lag runs on across key tiles: a tile's last dQ
+    # product is computed in the next tile's first step, beside its dV and dK, from the K buffer
+    # the last tile used (handed back to the loader right after), so that neither end of a tile
+    # runs a product alone. pend_row, pend_kb: the query row (in the flat dQ) and K buffer of the
+    # step whose dQ is pending.
+    CARRY: gl.constexpr = DQ_LAG and K_BUFS == 2
     done = 0  # steps of the earlier tiles: ring slots and barrier phases continue from there
+    pend_row = 0
+    pend_kb = 0
     for tile_i in range(_num_rounds(n_kt * n_bh)):
         start_n, bh, first = _key_tile(tile_i, n_kt, n_bh, BM, 2 * KR, CAUSAL)
         k0 = start_n * (2 * KR) + wg * KR  # first key of this warpgroup, within the head
@@ -232,23 +249,25 @@ def _bwd_warpgroup(
         mbarrier.wait(k_ready.index(tile_i % K_BUFS), (tile_i // K_BUFS) & 1)
         mbarrier.wait(v_ready, tile_i & 1)
         if DQ_LAG:
-            done = _bwd_tile_lagged(
-                wg, ring, k_tile, k_rows, v_rows, ds_smem, dq_stage, bars, dq_dst,
-                dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first,
-                n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
+            done, pend_row, pend_kb = _bwd_tile_lagged(
+                wg, ring, k_smem, tile_i, k_rows, v_rows, ds_smem, dq_stage, bars, dq_dst,
+                dk_dst, dv_dst, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first,
+                n_steps, done, pend_row, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
             )  # fmt: skip
         else:
             done = _bwd_tile(
                 wg, ring, k_tile, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars,
-                dq_dst, dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k,
+                dq_dst, dk_dst, dv_dst, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k,
                 first, n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
             )  # fmt: skip
-        # Every product of this tile has read K, and dK and dV are stored. (With one buffer the
-        # next tile's K waits for these stores; with the mask, where one buffer is the default,
-        # handing K back before them is untried on a GPU.)
-        mbarrier.arrive(bars[1].index(tile_i % K_BUFS), count=1)
-    if DQ_TMA:
-        tma.store_wait(0)  # the last reduce-adds have read dq_stage before the program ends
+        if not CARRY:
+            # Every product of this tile has read K, and dK and dV are stored. (With one buffer
+            # the next tile's K waits for these stores.)
+            mbarrier.arrive(bars[1].index(tile_i % K_BUFS), count=1)
+    if CARRY and done > 0:  # the program's last step's dQ, pending since its tile ended
+        _lagged_dq_drain(ds_smem, k_smem.index(pend_kb), dq_stage, bars, dq_dst, wg, done - 1,
+                         pend_row, dq_zero)  # fmt: skip
+    tma.store_wait(0)  # the last copies out have read dq_stage before the program ends
 
 
 @gluon.jit
@@ -316,7 +335,7 @@ def _send_dq(dq, dq_stage, part, dq_dst, row, col):
 @gluon.jit
 def _bwd_tile(
     wg: gl.constexpr, ring, k_smem, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars,
-    dq_dst, dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first,
+    dq_dst, dk_dst, dv_dst, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first,
     n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
 ):  # fmt: skip
     """One key tile of a warpgroup: n_steps query tiles from `first`, then its dK and dV
@@ -338,7 +357,6 @@ def _bwd_tile(
     SPLIT_ROWS: gl.constexpr = DQ_SPLIT and BM == 2 * DQ_M
     DQ_ROW0: gl.constexpr = wg * DQ_M if SPLIT_ROWS else 0
     DQ_COL0: gl.constexpr = wg * DQ_N if DQ_SPLIT and not SPLIT_ROWS else 0
-    dtype: gl.constexpr = q_bufs.dtype
     # With the mask and 64-query steps, the second warpgroup's keys all lie right of the first
     # query tile (queries 128 j .. 128 j + 63, keys 128 j + 64 ..): when it adds its own part of
     # dQ_i it skips that step, only handing its ring slot back (the loader loaded it for both).
@@ -399,21 +417,58 @@ def _bwd_tile(
             else:  # read-modify-write 64*DQ_N fp32, in L2, by the threads
                 gl.atomic_add(dq_tile + h * DQ_N + dq_offs, dq, sem="relaxed")
 
-    _store_dk_dv(dk, dv, dk_ptr, dv_ptr, bh * seqlen_k + k0, sm_scale, dtype)
+    _store_dk_dv(dk, dv, dk_dst, dv_dst, bh * seqlen_k + k0, sm_scale, dq_stage, wg)
     return done + n_steps
 
 
 @gluon.jit
-def _store_dk_dv(dk, dv, dk_ptr, dv_ptr, row0, sm_scale, dtype: gl.constexpr):
+def _store_dk_dv(dk, dv, dk_dst, dv_dst, row0, sm_scale, dq_stage, wg: gl.constexpr):
     """A warpgroup's (KR, d) dK (times tau) and dV into rows row0.. of the flat (B*H*N_K, d)
-    gradients: write 2 KR d."""
+    gradients: write 2 KR d. dk_dst, dv_dst: descriptors (the launch's dkdv_tma, the default
+    of persistent programs: `_store_dk_dv_tma`) or pointers (the threads' own stores)."""
     KR: gl.constexpr = dk.type.shape[0]
     HEAD_DIM: gl.constexpr = dk.type.shape[1]
-    rows = row0 + gl.arange(0, KR, layout=gl.SliceLayout(1, dk.type.layout))
-    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, dk.type.layout))
-    offs = rows[:, None] * HEAD_DIM + cols[None, :]
-    gl.store(dk_ptr + offs, (dk * sm_scale).to(dtype))  # write KR*d
-    gl.store(dv_ptr + offs, dv.to(dtype))  # write KR*d
+    if dk_dst.dtype.is_ptr():
+        dtype: gl.constexpr = dk_dst.dtype.element_ty
+        rows = row0 + gl.arange(0, KR, layout=gl.SliceLayout(1, dk.type.layout))
+        cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, dk.type.layout))
+        offs = rows[:, None] * HEAD_DIM + cols[None, :]
+        gl.store(dk_dst + offs, (dk * sm_scale).to(dtype))  # write KR*d
+        gl.store(dv_dst + offs, dv.to(dtype))  # write KR*d
+    else:
+        _store_dk_dv_tma(dk, dv, dk_dst, dv_dst, row0, sm_scale, dq_stage, wg)
+
+
+@gluon.jit
+def _store_dk_dv_tma(dk, dv, dk_dst, dv_dst, row0, sm_scale, dq_stage, wg: gl.constexpr):
+    """dK and dV through shared memory and the TMA, as FlashAttention-3's epilogue. Staged in
+    this warpgroup's first dq_stage slot (16 KB: dK, then dV at d = 128; both at once at
+    d = 64) once its last copy has read the slot, and not waited for: the copies run on while
+    the next tile starts, and the slot's next writer waits for them (`tma.store_wait`). The
+    threads' stores took 2.5 to 3.3 us a key tile in a persistent program (H100, 2026-12-06):
+    the wgmma layout gives each warp instruction 8 rows of 16 bytes."""
+    KR: gl.constexpr = dk.type.shape[0]
+    HEAD_DIM: gl.constexpr = dk.type.shape[1]
+    dtype: gl.constexpr = dk_dst.dtype
+    PER_WG: gl.constexpr = dq_stage.type.shape[0] // 2  # slots per warpgroup
+    SLOT_BYTES: gl.constexpr = dq_stage.type.shape[1] * dq_stage.type.shape[2] * 4
+    N_BUF: gl.constexpr = 2 if SLOT_BYTES >= 2 * KR * HEAD_DIM * 2 else 1
+    slot = dq_stage.index(wg * PER_WG)
+    if _PUBLIC_REINTERPRET:
+        bufs = slot.reinterpret(dtype, [N_BUF, KR, HEAD_DIM], dk_dst.layout)
+    else:
+        bufs = slot._reinterpret(dtype, [N_BUF, KR, HEAD_DIM], dk_dst.layout)
+    tma.store_wait(0)  # the slot's last copy out (a dQ part, or the last tile's dV) has read it
+    _thread_barrier()
+    bufs.index(0).store((dk * sm_scale).to(dtype))
+    fence_async_shared()  # the writes before the copy engine reads them
+    _tma_store(dk_dst, [row0, 0], bufs.index(0))  # write KR*d
+    if N_BUF == 1:
+        tma.store_wait(0)
+        _thread_barrier()
+    bufs.index(N_BUF - 1).store(dv.to(dtype))
+    fence_async_shared()
+    _tma_store(dv_dst, [row0, 0], bufs.index(N_BUF - 1))  # write KR*d
 
 
 @gluon.jit
@@ -448,22 +503,39 @@ def _dq_done(dq, ds_smem, ds_free, dq_stage, dq_dst, wg: gl.constexpr, it, row_i
 
 
 @gluon.jit
+def _lagged_dq_drain(ds_smem, k_tile, dq_stage, bars, dq_dst, wg: gl.constexpr, it, row_i, dq_zero):
+    """Step it's dQ product with nothing beside it (a tile's or a program's last step): issued,
+    waited for and sent once dq_stage is free."""
+    dq_tok = _lagged_dq(ds_smem, k_tile, bars[8], wg, it, dq_zero)
+    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
+    tma.store_wait(0)
+    _thread_barrier()
+    _dq_done(dq, ds_smem, bars[9], dq_stage, dq_dst, wg, it, row_i)
+
+
+@gluon.jit
 def _bwd_tile_lagged(
-    wg: gl.constexpr, ring, k_smem, k_rows, v_rows, ds_smem, dq_stage, bars, dq_dst,
-    dk_ptr, dv_ptr, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps,
-    done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
+    wg: gl.constexpr, ring, k_smem, tile_i, k_rows, v_rows, ds_smem, dq_stage, bars, dq_dst,
+    dk_dst, dv_dst, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first, n_steps,
+    done, pend_row, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
 ):  # fmt: skip
     """`_bwd_tile` with the warpgroups sharing dS^T through two buffers, each step's dQ product
     one step late: step it writes its dS^T half into buffer it % 2 and then computes the dQ of
     step it - 1, whose other half the other warpgroup wrote a step ago, so neither waits for
-    the other inside a step (FlashAttention-3's two dS stages). The last step's dQ goes after
-    the loop. Returns done + n_steps."""
+    the other inside a step (FlashAttention-3's two dS stages). k_smem: all K buffers, this
+    tile's is tile_i % K_BUFS. With one buffer the tile's last dQ goes after the loop; with two
+    (CARRY, `_bwd_warpgroup`) it is left pending for the next tile's first step, and this one's
+    first step computes the one pending from the tile before (pend_row: its row in the flat dQ;
+    its K is in the other buffer), then hands that K buffer back. Returns (done + n_steps, the
+    last step's row, this tile's K buffer): the step left pending."""
     k_ready, k_free, v_ready, v_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
     q_bufs = ring[0]
     SLOTS: gl.constexpr = q_bufs.type.shape[0]
     BM: gl.constexpr = q_bufs.type.shape[1]
     KR: gl.constexpr = k_rows.type.shape[0]
-    dtype: gl.constexpr = q_bufs.dtype
+    K_BUFS: gl.constexpr = k_smem.type.shape[0]
+    CARRY: gl.constexpr = K_BUFS == 2
+    kb = tile_i % K_BUFS
     row_q = bh * seqlen_q + first * BM  # the key tile's first query row in the flat dQ
     for step in range(n_steps):
         it = done + step
@@ -482,26 +554,39 @@ def _bwd_tile_lagged(
         fence_async_shared()
         _thread_barrier()  # every thread of the warpgroup has written its part
         mbarrier.arrive(ds_ready.index(it % 2), count=1)
-        if step > 0:  # the previous step's dQ, while dV and dK run
-            dq_tok = _lagged_dq(ds_smem, k_smem, ds_ready, wg, it - 1, dq_zero)
+        # The previous step's dQ, while dV and dK run: this tile's, or with CARRY the last
+        # tile's (not in the program's first step).
+        if CARRY:
+            has_prev = it > 0
+        else:
+            has_prev = step > 0
+        if has_prev:
+            row_prev = row_q + (step - 1) * BM
+            if CARRY:  # in the first step: the last tile's (its K in the other buffer)
+                first_step = (step == 0).to(gl.int32)
+                k_prev = k_smem.index(kb ^ first_step)
+                row_prev += first_step * (pend_row - row_prev)
+            else:
+                k_prev = k_smem.index(0)
+            dq_tok = _lagged_dq(ds_smem, k_prev, ds_ready, wg, it - 1, dq_zero)
             dv, dk, dq, pt_a, dst_a = warpgroup_mma_wait(
                 num_outstanding=0, deps=(dv_tok, dk_tok, dq_tok, pt_a, dst_a)
             )
-            _dq_done(dq, ds_smem, ds_free, dq_stage, dq_dst, wg, it - 1, row_q + (step - 1) * BM)
+            _dq_done(dq, ds_smem, ds_free, dq_stage, dq_dst, wg, it - 1, row_prev)
+            if CARRY:  # the last tile's K has had its last reader
+                mbarrier.arrive(k_free.index(kb ^ 1), count=1, pred=step == 0)
         else:
             dv, dk, pt_a, dst_a = warpgroup_mma_wait(
                 num_outstanding=0, deps=(dv_tok, dk_tok, pt_a, dst_a)
             )
         mbarrier.arrive(q_free.index(slot), count=1)  # dK, dV have read Q_i, dO_i
         mbarrier.arrive(do_free.index(slot), count=1)
-    last = done + n_steps - 1
-    dq_tok = _lagged_dq(ds_smem, k_smem, ds_ready, wg, last, dq_zero)
-    dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq_tok,))
-    tma.store_wait(0)
-    _thread_barrier()
-    _dq_done(dq, ds_smem, ds_free, dq_stage, dq_dst, wg, last, row_q + (n_steps - 1) * BM)
-    _store_dk_dv(dk, dv, dk_ptr, dv_ptr, bh * seqlen_k + k0, sm_scale, dtype)
-    return done + n_steps
+    last_row = row_q + (n_steps - 1) * BM
+    if not CARRY:
+        _lagged_dq_drain(ds_smem, k_smem.index(0), dq_stage, bars, dq_dst, wg,
+                         done + n_steps - 1, last_row, dq_zero)  # fmt: skip
+    _store_dk_dv(dk, dv, dk_dst, dv_dst, bh * seqlen_k + k0, sm_scale, dq_stage, wg)
+    return done + n_steps, last_row, kb
 
 
 @gluon.jit
@@ -512,8 +597,8 @@ def _attn_bwd_ws_kernel(
     do_desc,  # (B*H*N_Q, d), tiles of (BLOCK_M, d)
     dq_dst,  # (B*H*N_Q, d) fp32, zeroed: sum over key tiles of dS K (tau applied by the host);
     # a descriptor with tiles of (64, 64) when DQ_TMA, else a pointer
-    dk_ptr,  # (B*H*N_K, d), q's dtype
-    dv_ptr,  # (B*H*N_K, d)
+    dk_dst,  # (B*H*N_K, d), q's dtype: a descriptor with tiles of (64, d), or a pointer
+    dv_dst,  # (B*H*N_K, d), as dk_dst
     lse_src,  # (B*H*N_Q,) fp32, natural log: a descriptor with tiles of BLOCK_M when STATS_TMA,
     # else a pointer
     delta_src,  # (B*H*N_Q,) fp32: D = rowsum(dO * O), as lse_src
@@ -555,6 +640,9 @@ def _attn_bwd_ws_kernel(
     DQ_PARTS: gl.constexpr = 1 if DQ_SPLIT else HEAD_DIM // 64
     if DQ_TMA:
         dq_stage = gl.allocate_shared_memory(gl.float32, [2 * DQ_PARTS, 64, 64], dq_dst.layout)
+    elif not dk_dst.dtype.is_ptr():  # only dK's and dV's staging (`_store_dk_dv`): 16 KB each
+        stage_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([128, 32], gl.float32)
+        dq_stage = gl.allocate_shared_memory(gl.float32, [2, 128, 32], stage_layout)
     else:  # unused
         unused_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8, 32], gl.float32)
         dq_stage = gl.allocate_shared_memory(gl.float32, [1, 8, 32], unused_layout)
@@ -590,7 +678,7 @@ def _attn_bwd_ws_kernel(
         mbarrier.init(do_free.index(s), count=2)
     bars = (k_ready, k_free, v_ready, v_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free)
     grad_args = (
-        bars, dq_dst, dk_ptr, dv_ptr, lse_src, delta_src, seqlen_q, seqlen_k, n_bh, qk_scale,
+        bars, dq_dst, dk_dst, dv_dst, lse_src, delta_src, seqlen_q, seqlen_k, n_bh, qk_scale,
         sm_scale, CAUSAL,
     )  # fmt: skip
     smem = (q_bufs, do_bufs, k_smem, v_smem, ds_smem, lse_bufs, delta_bufs)
