@@ -12,7 +12,7 @@ key tiles in turn); each program's warps split by job:
                 dO_i (BLOCK_M = 64 rows, 128 at d = 64), with its lse_i and D_i, into a ring of
                 NUM_SLOTS slots (mbarriers say when a slot is full and when it is free). V,
                 whose last reader is a tile's last dP^T, is handed back right after it; with
-                persistent programs and no mask K has two buffers (k_bufs): the next tile's K
+                persistent programs K has two buffers (k_bufs): the next tile's K
                 arrives while this tile's last steps still read the other, so the next tile's
                 operands are in shared memory when its first step starts
     gradient x2 two warpgroups, each owning 64 of the 128 keys: on the tensor cores (wgmma)
@@ -22,8 +22,9 @@ key tiles in turn); each program's warps split by job:
                     dV  += P^T dO_i          dK  += dS^T Q_i               (registers, 64 x d)
                     dQ_i += dS K             (shared memory, then one TMA reduce-add into HBM)
 
-                and at a key tile's end its dK and dV, written into the warpgroup's dQ staging
-                in shared memory and copied out by the TMA while the next tile starts
+                and at a key tile's end its dK and dV: in persistent programs (dkdv_tma)
+                written into the warpgroup's dQ staging in shared memory and copied out by the
+                TMA while the next tile starts, else stored by the threads
 
 dS^T goes through shared memory, where the dQ product reads it transposed. With dq_split the two
 warpgroups share their dS^T halves (an mbarrier between them) and each computes half of dQ_i over
@@ -318,9 +319,9 @@ def k_bufs_default(persistent: bool, causal: bool, shared_with_two: int) -> int:
     tile's K while this tile's last steps still read the other, and the lag runs on across
     tiles; else 1 (one program a key tile has no next tile). Measured on an H100, 2026-12-06
     (journal "dK and dV through the TMA"), two against one in the same rotating rounds, with
-    dK and dV copied out by the TMA: 1.00 to 1.08 times at every point of d {64, 128} x mask
-    x {1k, 4k} keys but causal d = 128 at 4k (0.998). (With the threads' stores, the day's
-    earlier rounds had the mask at 0.98 to 0.99 times.) causal: kept for the signature."""
+    dK and dV copied out by the TMA: 1.01 to 1.09 times at 1k keys and at d = 64, with the mask
+    or without; level at d = 128, 4k (0.98 to 1.00). (With the threads' stores the day's earlier
+    rounds had the mask at 0.98 to 0.99 times.) causal: kept for the signature."""
     del causal
     return 2 if persistent and shared_with_two <= SHARED_LIMIT else 1
 
@@ -347,8 +348,9 @@ def persistent_default(d: int, causal: bool, n_k: int) -> bool:
     lengths"), persistent against one program a tile, with the defaults of each: d = 128 with
     the mask 1.03 to 1.04 times at 1k to 4k keys; without it, lagged, 1.02 to 1.04 times the
     unlagged default; d = 64 without the mask 1.02 to 1.05 times. d = 64 with the mask, level
-    at 2k and 0.96 times at 4k then, is 1.15 times at 1k (255 against 222 TFLOP/s) since dK and
-    dV leave through the TMA with the lag carried across tiles (H100, 2026-12-06). Longer
+    at 2k and 0.96 times at 4k then, is 1.15, 1.05 and 1.02 times at 1k, 2k and 4k (255 against
+    222 TFLOP/s at 1k) since dK and dV leave through the TMA with the lag carried across tiles
+    (H100, 2026-12-06). Longer
     sequences keep run 5's one program a tile (level or ahead there)."""
     del d, causal
     return n_k <= PERSISTENT_MAX_KEYS
@@ -373,7 +375,7 @@ def preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -
     """Whether `flash_attention` (kernels="auto") should run this kernel rather than the course
     backward (`autograd.pick_kernel` asks): wherever it takes the shape. From 2k keys it was
     1.03 to 1.32 times the course backward (H200, Gluon backward run 9); at 1k keys, with dK
-    and dV through the TMA, 1.13 to 1.26 times at d = 128 and 1.08 to 1.13 times at d = 64
+    and dV through the TMA, 1.17 to 1.26 times at d = 128 and 1.08 to 1.13 times at d = 64
     (H100, 2026-12-06, rotating rounds), where the course's kernels had been ahead at d = 64."""
     return supported(q, k, v, causal) is None
 
