@@ -7,7 +7,8 @@ forward (the autograd function's) gives out and lse; then the backward alone of 
 course's three autotuned kernels (`flash_attention_bwd`), the Gluon kernel's variants (`sN`: an
 N-slot Q/dO ring; `split`: at d = 128 the warpgroups share dS^T and each adds half of dQ_i's
 columns, `own`: each adds its own keys' part; `m128`: 128-query steps at d = 64; `-lag`: each step's
-dQ one step late from two dS^T buffers; `P-`: persistent programs; `variants` lists them), and
+dQ one step late from two dS^T buffers; `P-`: persistent programs; `-st`: their dK and dV by the
+threads' stores, not the TMA; `variants` lists them), and
 SDPA's flash, cuDNN and efficient backends (torch.autograd.grad on a kept graph). Each variant's dq,
 dk, dv are checked against SDPA's before timing; then all are timed 1 + --rounds times in rotating
 order (median kept). TFLOP/s count five N^2 d products (2.5 times the forward's FLOPs) for every
@@ -41,7 +42,8 @@ def variants(d: int) -> list[tuple[str, dict]]:
     steps (d = 64; the default there); `-lag`: two dS^T buffers, each step's dQ one step late;
     `P-`: persistent programs (one per SM, tiles dealt head by head), the others one program per
     key tile; `-k1`: persistent with one K buffer (the others two: the next tile's K loaded
-    early)."""
+    early, the lag carried across tiles); `-st`: persistent with dK and dV stored by the threads
+    (the others' persistent programs copy them out by the TMA, `dkdv_tma`)."""
     tiles = {"persistent": False}
     if d == 128:
         return [
@@ -52,6 +54,8 @@ def variants(d: int) -> list[tuple[str, dict]]:
                                    "persistent": True, "k_bufs": 1}),
             ("P-split-s2-lag", {"num_slots": 2, "dq_split": True, "dq_lag": True,
                                 "persistent": True, "k_bufs": 2}),
+            ("P-split-s2-lag-st", {"num_slots": 2, "dq_split": True, "dq_lag": True,
+                                   "persistent": True, "k_bufs": 2, "dkdv_tma": False}),
         ]  # fmt: skip
     return [
         ("m128-s2", {"num_slots": 2, "block_m": 128, "dq_lag": False, **tiles}),
@@ -66,6 +70,17 @@ def variants(d: int) -> list[tuple[str, dict]]:
             "P-m128-s2-lag",
             {"num_slots": 2, "block_m": 128, "dq_lag": True, "persistent": True, "k_bufs": 2},
         ),
+        (
+            "P-m128-s2-lag-st",
+            {
+                "num_slots": 2,
+                "block_m": 128,
+                "dq_lag": True,
+                "persistent": True,
+                "k_bufs": 2,
+                "dkdv_tma": False,
+            },
+        ),  # fmt: skip
     ]
 
 
