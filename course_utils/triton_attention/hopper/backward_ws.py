@@ -54,9 +54,11 @@ Measured on the H200 (docs/journal.md, "Gluon backward" runs 1 to 9, each varian
 others, the course backward and SDPA's in one run): the TMA reduce-add made it 1.12 to 1.36 times
 faster than with the threads' atomics; lse and D through the TMA 1.04 to 1.23 times; 128-query
 steps at d = 64 1.01 to 1.07 times; the lagged dQ 1.00 to 1.17 times where it is the default.
-From 4k keys it runs at 0.90 to 1.00 of cuDNN and 1.03 to 1.32 times the course backward; at 1k
-keys it passes the course's only at d = 128 without the mask (1.16 times). `flash_attention`
-runs it where it was the faster (`preferred`, asked by `autograd.pick_kernel`). Lost and taken
+From 4k keys it ran at 0.90 to 1.00 of cuDNN and 1.03 to 1.32 times the course backward then;
+with dK and dV copied out by the TMA (H100, 2026-12-06, journal "dK and dV through the TMA")
+the autograd function's backward ran at 0.95 to 1.08 of cuDNN up to 4k keys, 1.08 to 1.26 times
+the course's at 1k. `flash_attention` runs it wherever it takes the shape (`preferred`, asked
+by `autograd.pick_kernel`). Lost and taken
 out or left off: issuing each step's S^T and dP^T during the step before (spills at d = 128:
 0.57 to 0.71 times as fast). Persistent programs were level or behind at 4k and 16k keys in run 5
 (dealt by key tile with the mask); dealt head by head they are ahead up to 4k keys on an H200
