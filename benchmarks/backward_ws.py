@@ -57,30 +57,15 @@ def variants(d: int) -> list[tuple[str, dict]]:
             ("P-split-s2-lag-st", {"num_slots": 2, "dq_split": True, "dq_lag": True,
                                    "persistent": True, "k_bufs": 2, "dkdv_tma": False}),
         ]  # fmt: skip
+    persistent_lag = {"num_slots": 2, "block_m": 128, "dq_lag": True, "persistent": True}
     return [
         ("m128-s2", {"num_slots": 2, "block_m": 128, "dq_lag": False, **tiles}),
         ("m128-s3", {"num_slots": 3, "block_m": 128, "dq_lag": False, **tiles}),
         ("m128-s2-lag", {"num_slots": 2, "block_m": 128, "dq_lag": True, **tiles}),
         ("s2", {"num_slots": 2, "block_m": 64, "dq_lag": False, **tiles}),
-        (
-            "P-m128-s2-lag-k1",
-            {"num_slots": 2, "block_m": 128, "dq_lag": True, "persistent": True, "k_bufs": 1},
-        ),
-        (
-            "P-m128-s2-lag",
-            {"num_slots": 2, "block_m": 128, "dq_lag": True, "persistent": True, "k_bufs": 2},
-        ),
-        (
-            "P-m128-s2-lag-st",
-            {
-                "num_slots": 2,
-                "block_m": 128,
-                "dq_lag": True,
-                "persistent": True,
-                "k_bufs": 2,
-                "dkdv_tma": False,
-            },
-        ),  # fmt: skip
+        ("P-m128-s2-lag-k1", {**persistent_lag, "k_bufs": 1}),
+        ("P-m128-s2-lag", {**persistent_lag, "k_bufs": 2}),
+        ("P-m128-s2-lag-st", {**persistent_lag, "k_bufs": 2, "dkdv_tma": False}),
     ]
 
 

@@ -377,8 +377,8 @@ def test_persistent_programs_with_one_or_two_k_buffers(shape, causal, lag, k_buf
 @pytest.mark.parametrize("shape", [(4, 40, 1024, 1024, 128), (4, 40, 1024, 1024, 64)])
 def test_dk_dv_by_the_tma_or_the_threads_either_launch(shape, causal, dkdv_tma):
     """dK and dV through the TMA in programs of one key tile, and by the threads' stores in
-    persistent programs (the defaults are the other way round), with the lag carried across
-    tiles: right either way."""
+    persistent programs (where the lag is carried across tiles): the defaults the other way
+    round, right either way."""
     check_against_float64(shape, causal, persistent=not dkdv_tma, dkdv_tma=dkdv_tma)
 
 

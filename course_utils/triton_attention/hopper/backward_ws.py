@@ -295,7 +295,7 @@ def launch_options(
         with_two = shared_bytes(
             d, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag, 2, dkdv_tma
         )
-        k_bufs = k_bufs_default(persistent, causal, with_two)
+        k_bufs = k_bufs_default(persistent, with_two)
     if isinstance(k_bufs, bool) or not isinstance(k_bufs, int) or k_bufs not in (1, 2):
         raise ValueError(f"k_bufs must be 1 or 2, got {k_bufs!r}")
     need = shared_bytes(
@@ -315,7 +315,7 @@ def launch_options(
     }  # fmt: skip
 
 
-def k_bufs_default(persistent: bool, causal: bool, shared_with_two: int) -> int:
+def k_bufs_default(persistent: bool, shared_with_two: int) -> int:
     """K's buffers: 2 for persistent programs where the second fits in shared memory
     (shared_with_two: the program's bytes with two), so that the loader brings the next key
     tile's K while this tile's last steps still read the other, and the lag runs on across
@@ -323,8 +323,7 @@ def k_bufs_default(persistent: bool, causal: bool, shared_with_two: int) -> int:
     (journal "dK and dV through the TMA"), two against one in the same rotating rounds, with
     dK and dV copied out by the TMA: 1.01 to 1.09 times at 1k keys and at d = 64, with the mask
     or without; level at d = 128, 4k (0.98 to 1.00). (With the threads' stores the day's earlier
-    rounds had the mask at 0.98 to 0.99 times.) causal: kept for the signature."""
-    del causal
+    rounds had the mask at 0.98 to 0.99 times.)"""
     return 2 if persistent and shared_with_two <= SHARED_LIMIT else 1
 
 
@@ -352,8 +351,8 @@ def persistent_default(d: int, causal: bool, n_k: int) -> bool:
     unlagged default; d = 64 without the mask 1.02 to 1.05 times. d = 64 with the mask, level
     at 2k and 0.96 times at 4k then, is 1.15, 1.05 and 1.02 times at 1k, 2k and 4k (255 against
     222 TFLOP/s at 1k) since dK and dV leave through the TMA with the lag carried across tiles
-    (H100, 2026-12-06). Longer
-    sequences keep run 5's one program a tile (level or ahead there)."""
+    (H100, 2026-12-06). Longer sequences keep run 5's one program a tile (level or ahead
+    there). d and causal: what the next measurement may split on (none of them does now)."""
     del d, causal
     return n_k <= PERSISTENT_MAX_KEYS
 

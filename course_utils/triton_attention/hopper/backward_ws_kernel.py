@@ -261,8 +261,8 @@ def _bwd_warpgroup(
                 first, n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
             )  # fmt: skip
         if not CARRY:
-            # Every product of this tile has read K, and dK and dV are stored. (With one buffer
-            # the next tile's K waits for these stores.)
+            # Every product of this tile has read K, and dK's and dV's stores are issued. (With
+            # one buffer the next tile's K waits for them.)
             mbarrier.arrive(bars[1].index(tile_i % K_BUFS), count=1)
     if CARRY and done > 0:  # the program's last step's dQ, pending since its tile ended
         _lagged_dq_drain(ds_smem, k_smem.index(pend_kb), dq_stage, bars, dq_dst, wg, done - 1,
