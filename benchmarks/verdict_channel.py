@@ -35,7 +35,7 @@ def measure(calls: int, rounds: int, size: int, say=print) -> dict[str, list[flo
     nb = new_notebook(cells=[new_code_cell("import numpy as np\ndef f(x):\n    return np.exp(x)")])
     client = NotebookClient(nb, kernel_name="python3", timeout=120)
     times: dict[str, list[float]] = {m: [] for m in MODES}
-    with client.setup_kernel():
+    with client.setup_kernel(), tempfile.TemporaryDirectory(prefix="verdict-channel-") as io:
         client.execute_cell(nb.cells[0], 0)
 
         def execute(code: str) -> None:
@@ -45,7 +45,7 @@ def measure(calls: int, rounds: int, size: int, say=print) -> dict[str, list[flo
             if errors:
                 raise RuntimeError(f"the kernel answered {errors[0].ename}: {errors[0].evalue}")
 
-        channel = KernelChannel(execute, Path(tempfile.mkdtemp(prefix="verdict-channel-")))
+        channel = KernelChannel(execute, Path(io))
         f = RemoteFunction(channel, {"global": "f"}, ["x"], "f")
         x = np.random.default_rng(0).random((4, size))
 

@@ -55,6 +55,7 @@ from traitlets import Float, Integer, List, Unicode
 
 from graders.authoring.course import REPO
 from graders.isolation import cgroups
+from graders.isolation import scratch as host_scratch
 
 HOME = "/home/student"
 SEED = "/run/seed"  # the copy of the notebook's folder, read-only; copied into HOME at start
@@ -412,25 +413,7 @@ def _copy_font_cache(dest: Path) -> None:
         shutil.copyfile(path, dest / path.name)
 
 
-SCRATCH_PREFIX = "fa-sandbox-"
-
-
-def sweep_stale_scratch(parent: Path) -> list[Path]:
-    """Remove host scratch folders left by graders that were killed (the worker's wall clock):
-    those whose owner PID, in their name, is no longer running. Returns what was removed."""
-    removed = []
-    for path in Path(parent).glob(f"{SCRATCH_PREFIX}*-*"):
-        pid = path.name[len(SCRATCH_PREFIX) :].split("-")[0]
-        if not pid.isdigit() or not path.is_dir() or path.stat().st_uid != os.getuid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-        except OSError:  # alive, someone else's
-            pass
-    return removed
+SCRATCH_PREFIX = "fa-sandbox-"  # host_scratch: removed with its grader, or after it
 
 
 class SandboxKernelManager(AsyncKernelManager):
@@ -468,9 +451,7 @@ class SandboxKernelManager(AsyncKernelManager):
     def _make_scratch(self) -> Path:
         if self._scratch is None or not self._scratch.is_dir():
             parent = Path(self.scratch_dir or tempfile.gettempdir())
-            sweep_stale_scratch(parent)
-            made = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=parent)
-            self._scratch = Path(made).resolve()
+            self._scratch = host_scratch.make_dir(SCRATCH_PREFIX, parent).resolve()
             (self._scratch / "conn").mkdir()
             _copy_seed(self._seed_src, self._scratch / "seed" / "work")
             _copy_font_cache(self._scratch / "seed" / "home" / ".config" / "matplotlib")

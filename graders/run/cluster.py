@@ -34,12 +34,12 @@ import base64
 import logging
 import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from graders.isolation import scratch as host_scratch
 from graders.run import pipeline
 from graders.run.template import cached_template, release_hash
 
@@ -83,7 +83,7 @@ def grade_task(job: dict) -> dict:
     """
     from graders.run.worker import run_worker
 
-    stage = Path(tempfile.mkdtemp(prefix="fa-grading-task-"))
+    stage = host_scratch.make_dir("fa-grading-task-")  # swept after a killed worker too
     try:
         template = _template_for(job)
         name = Path(job["source"]).name

@@ -137,9 +137,9 @@ class SurvivingExecute(Execute):
 
         A dead or stuck kernel raises as if the cell had run in it (the except clauses above).
         """
-        import tempfile
         from pathlib import Path
 
+        from graders.isolation import scratch as host_scratch
         from graders.isolation.remote import RemoteError, run_in_grader
 
         scratch = getattr(self.km, "scratch", None)
@@ -147,7 +147,7 @@ class SurvivingExecute(Execute):
             io_dir = Path(scratch) / "conn" / "grader"
         else:
             if self._io_dir is None:
-                self._io_dir = Path(tempfile.mkdtemp(prefix="fa-grader-io-"))
+                self._io_dir = host_scratch.make_dir("fa-grader-io-")
             io_dir = self._io_dir
         try:
             return run_in_grader(self, cell, index, io_dir)

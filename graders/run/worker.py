@@ -28,11 +28,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
+from graders.isolation import scratch as host_scratch
 from graders.run import pipeline
 
 if __name__ == "__main__":  # the grading process: before .submissions imports nbformat (below)
@@ -80,8 +80,7 @@ def run_worker(job: dict, wall_seconds: float) -> dict:
         "cells": {},
         "seconds": wall_seconds,
     }
-    fd, log = tempfile.mkstemp(prefix="fa-grading-log-", suffix=".txt")
-    os.close(fd)
+    log = str(host_scratch.make_file("fa-grading-log-", ".txt"))
     try:
         code = _run_graded_process(job, log, wall_seconds)
         if code is None:

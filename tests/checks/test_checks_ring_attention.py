@@ -533,7 +533,7 @@ def rank_through_files(q, k, v, causal, softmax_scale, comm, local_attn):
     them all back."""
     import os
 
-    folder = f"/tmp/ring-shards-{os.getppid()}"
+    folder = os.path.join(os.environ["RING_SHARDS"], f"ring-shards-{os.getppid()}")
     os.makedirs(folder, exist_ok=True)
     torch.save((q, k, v), os.path.join(folder, f"{comm.rank}.pt"))
     _pass_blocks_for_show(q, k, v, softmax_scale, comm, local_attn)
@@ -576,7 +576,8 @@ def _queue():
     ],
     ids=["all_gather_object", "files", "queue"],
 )
-def test_rank_names_data_exchanged_around_comm(fn, called):
+def test_rank_names_data_exchanged_around_comm(fn, called, tmp_path, monkeypatch):
+    monkeypatch.setenv("RING_SHARDS", str(tmp_path))  # rank_through_files's folder, not /tmp
     if fn is rank_through_a_queue:
         _queue()
     with pytest.raises(CheckFailure) as info:

@@ -4,7 +4,8 @@ A `dask scheduler` and two `dask worker` processes are started as an instructor 
 (separate programs, each in its own process group). A real client process grades a small class
 through the scheduler; while it grades, one worker is killed with everything it started (SIGKILL
 to its whole process group: the nanny, the worker and the grading subprocess). Every submission
-must still be graded exactly once, with the score its answer earns (fixtures.bank).
+must still be graded exactly once, with the score its answer earns (fixtures.bank), and the
+killed worker's scratch must be gone from the node's temp folder when the class is graded.
 """
 
 from __future__ import annotations
@@ -101,7 +102,13 @@ def test_a_killed_worker_costs_nothing(tmp_path):
     bindir = Path(sys.executable).parent
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
-    env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"}
+    scratch = tmp_path / "tmp"  # the node's temp folder, shared by its two workers
+    scratch.mkdir()
+    env = {
+        **os.environ,
+        "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1",
+        "TMPDIR": str(scratch),
+    }
     procs = [
         _start(
             [str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
@@ -151,6 +158,10 @@ def test_a_killed_worker_costs_nothing(tmp_path):
     for i in range(STUDENTS):  # every submission has its feedback, written by the client
         assert (out / "feedback" / f"s{i}" / f"{ASSIGNMENT}.html").is_file()
     assert not (out / ".work").exists()
+    # the killed worker's scratch (the student's notebook, its graded copy, the grader's log,
+    # the sandbox's folder) was removed by the worker that took its task over
+    left = sorted(p.name for p in scratch.iterdir() if p.name.startswith("fa-"))
+    assert not left, left
 
 
 def _busy(Client, address: str, name: str) -> bool:

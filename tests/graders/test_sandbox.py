@@ -33,6 +33,7 @@ from fixtures import bank
 from graders.grade import grade
 from graders.isolation import cgroups
 from graders.isolation import sandbox as sb
+from graders.isolation import scratch as host_scratch
 from graders.run import pipeline
 
 ASSIGNMENT = "01_online_softmax"  # the fastest notebook
@@ -491,7 +492,7 @@ def test_a_dead_grader_takes_the_whole_sandbox_with_it(tmp_path):
     assert _wait_until(lambda: not _procs_with(token), 10), _procs_with(token)
     # a killed grader cannot clean up: the next sandbox removes what it left on the host
     assert scratch.is_dir()
-    assert scratch in sb.sweep_stale_scratch(scratch.parent)
+    assert scratch in host_scratch.sweep(sb.SCRATCH_PREFIX, scratch.parent)
     assert not scratch.exists()
 
 
