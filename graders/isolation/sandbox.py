@@ -47,7 +47,6 @@ import shutil
 import site
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
@@ -414,6 +413,25 @@ def _copy_font_cache(dest: Path) -> None:
 
 
 SCRATCH_PREFIX = "fa-sandbox-"  # host_scratch: removed with its grader, or after it
+# The kernel's sockets are <scratch>/conn/kernel-<n>: the scratch's parent leaves room for this.
+SCRATCH_TAIL = len(f"/{SCRATCH_PREFIX}{2**22}-abcdefgh/conn/kernel-99")
+
+
+def scratch_parent(configured: str = "") -> Path:
+    """Where a kernel's host-side scratch goes: `configured` (scratch_dir) if given, else the temp
+    folder ($TMPDIR), or a shorter one where that leaves no room for the kernel's sockets (a
+    cluster job's TMPDIR can be long; host_scratch.socket_parent). A configured folder that is
+    too long is refused with its length, not swapped."""
+    if not configured:
+        return host_scratch.socket_parent(SCRATCH_TAIL)
+    path = Path(configured).resolve()
+    if not host_scratch.leaves_room(path, SCRATCH_TAIL):
+        raise ValueError(
+            f"SandboxKernelManager.scratch_dir {str(path)!r} is {len(os.fsencode(str(path)))} "
+            f"bytes long; the kernel's sockets inside it need a folder of at most "
+            f"{host_scratch.SOCKET_PATH_MAX - SCRATCH_TAIL}"
+        )
+    return path
 
 
 class SandboxKernelManager(AsyncKernelManager):
@@ -425,9 +443,11 @@ class SandboxKernelManager(AsyncKernelManager):
         1024, help="processes and threads the kernel may run at once, all together (0: no cap)"
     ).tag(config=True)
     hidden = List(Unicode(), help="host folders that must stay out of sight").tag(config=True)
-    scratch_dir = Unicode("", help="where the host-side scratch goes (default: $TMPDIR)").tag(
-        config=True
-    )
+    scratch_dir = Unicode(
+        "",
+        help="where the host-side scratch goes (default: $TMPDIR, or /tmp where that path leaves "
+        "no room for the kernel's sockets)",
+    ).tag(config=True)
     package_dir = Unicode(
         "",
         help="a stripped course_utils (graders.isolation.student_build) to bind in the real "
@@ -450,7 +470,7 @@ class SandboxKernelManager(AsyncKernelManager):
 
     def _make_scratch(self) -> Path:
         if self._scratch is None or not self._scratch.is_dir():
-            parent = Path(self.scratch_dir or tempfile.gettempdir())
+            parent = scratch_parent(self.scratch_dir)
             self._scratch = host_scratch.make_dir(SCRATCH_PREFIX, parent).resolve()
             (self._scratch / "conn").mkdir()
             _copy_seed(self._seed_src, self._scratch / "seed" / "work")

@@ -8,6 +8,10 @@ folder, whose process is gone (and that belong to this user).
 
     make_dir("fa-grading-task-")         -> /tmp/fa-grading-task-4242-k3j9x0
     make_file("fa-grading-log-", ".txt") -> /tmp/fa-grading-log-4242-a8c1qe.txt
+
+Scratch that holds Unix sockets (a sandboxed kernel's, multiprocessing's server's) needs a short
+path: a socket's path has at most SOCKET_PATH_MAX bytes, and a cluster job's TMPDIR can leave too
+little of that; `socket_parent` picks a temp folder that leaves enough.
 """
 
 from __future__ import annotations
@@ -61,3 +65,26 @@ def make_file(prefix: str, suffix: str = "", parent: str | Path | None = None) -
     fd, path = tempfile.mkstemp(prefix=f"{prefix}{os.getpid()}-", suffix=suffix, dir=parent)
     os.close(fd)
     return Path(path)
+
+
+SOCKET_PATH_MAX = 107  # a Unix socket's sun_path: 108 bytes with its NUL
+FALLBACK_PARENTS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def leaves_room(path: str | Path, tail: int) -> bool:
+    """Whether a socket `tail` bytes below `path` (a folder) fits a Unix socket's path."""
+    return len(os.fsencode(str(path))) + tail <= SOCKET_PATH_MAX
+
+
+def socket_parent(tail: int) -> Path:
+    """The temp folder ($TMPDIR) if it leaves room for sockets `tail` bytes below it; else the
+    first of FALLBACK_PARENTS that does and is writable. ValueError, naming TMPDIR, if none."""
+    candidates = (Path(tempfile.gettempdir()).resolve(), *map(Path, FALLBACK_PARENTS))
+    for path in candidates:
+        if leaves_room(path, tail) and path.is_dir() and os.access(path, os.W_OK | os.X_OK):
+            return path
+    raise ValueError(
+        f"the temp folder {tempfile.gettempdir()!r} leaves no room for the grader's sockets "
+        f"(at most {SOCKET_PATH_MAX - tail} bytes of folder) and none of "
+        f"{', '.join(FALLBACK_PARENTS)} is writable: set TMPDIR to a shorter folder"
+    )

@@ -162,9 +162,32 @@ def _forkserver(extra: tuple[str, ...] = ()):
     import multiprocessing
 
     with _server_lock:
+        _short_multiprocessing_temp()
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["graders.run.preload", *extra])
         return ctx
+
+
+# The server listens on <multiprocessing's temp folder, pymp-*>/listener-*, a Unix socket.
+MP_SOCKET_TAIL = len("/pymp-abcdefgh/listener-abcdefgh")
+
+
+def _short_multiprocessing_temp() -> None:
+    """Make multiprocessing's temp folder (made once a process, on first use, in tempfile's) in a
+    folder short enough for its server's socket, where TMPDIR is too long for it (a cluster
+    job's can be; Python before 3.13 would fail to start the server: "AF_UNIX path too long").
+    Nothing where TMPDIR is short enough or the folder was made already."""
+    import tempfile
+    from multiprocessing import util
+
+    parent = host_scratch.socket_parent(MP_SOCKET_TAIL)
+    if parent == Path(tempfile.gettempdir()).resolve():
+        return
+    saved, tempfile.tempdir = tempfile.tempdir, str(parent)
+    try:
+        util.get_temp_dir()  # made now, under parent, and kept for this process
+    finally:
+        tempfile.tempdir = saved
 
 
 def _uses_server() -> bool:

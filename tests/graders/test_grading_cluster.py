@@ -158,8 +158,9 @@ def test_a_killed_worker_costs_nothing(tmp_path):
     for i in range(STUDENTS):  # every submission has its feedback, written by the client
         assert (out / "feedback" / f"s{i}" / f"{ASSIGNMENT}.html").is_file()
     assert not (out / ".work").exists()
-    # the killed worker's scratch (the student's notebook, its graded copy, the grader's log,
-    # the sandbox's folder) was removed by the worker that took its task over
+    # the killed worker's scratch (the student's notebook, its graded copy, the grader's log)
+    # was removed by the worker that took its task over. (This folder's path under pytest is
+    # too long for a kernel's sockets: the sandboxes' folders went to a shorter temp folder.)
     left = sorted(p.name for p in scratch.iterdir() if p.name.startswith("fa-"))
     assert not left, left
 
@@ -178,6 +179,29 @@ def _worker_count(Client, address: str) -> int:
             return len(c.scheduler_info().get("workers", {}))
     except OSError:
         return 0
+
+
+def test_a_temp_folder_too_long_for_sockets_still_grades(tmp_path):
+    """A cluster job's TMPDIR can be longer than a Unix socket's path allows (107 bytes). A local
+    run forks its grading processes from a server that listens on such a socket, and each
+    sandboxed kernel talks over them: both go to a shorter temp folder, and every student gets
+    what the answer earns (before: "AF_UNIX path too long", or ZMQError "File name too long" for
+    every notebook). In a program of its own, so that its temp folder is the long one."""
+    from graders.isolation.scratch import SOCKET_PATH_MAX
+
+    long_tmp = tmp_path / ("job-" + "7" * 70) / "tmp"
+    long_tmp.mkdir(parents=True)
+    assert len(str(long_tmp)) > SOCKET_PATH_MAX - 40
+    submitted = _class(tmp_path / "class")
+    out = tmp_path / "graded"
+    cmd = [sys.executable, "-m", "graders", "grade", str(submitted), "--out", str(out),
+           "--timeout", "30", *([] if _sandbox() else ["--unsafe-no-sandbox"])]  # fmt: skip
+    got = subprocess.run(
+        cmd, cwd=pipeline.REPO, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "TMPDIR": str(long_tmp)},
+    )  # fmt: skip
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
+    assert _scores(out) == _expected(), got.stdout[-3000:]
 
 
 def test_no_scheduler_at_that_address_is_one_clear_line(tmp_path):

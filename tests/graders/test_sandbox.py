@@ -327,6 +327,34 @@ def test_processes_and_scratch_end_with_the_notebook(tmp_path):
         again.stop()
 
 
+def _long_folder(tmp_path: Path) -> Path:
+    """A folder whose path leaves no room for the kernel's sockets (a cluster job's TMPDIR)."""
+    folder = tmp_path / ("job-" + "7" * 60) / "tmp"
+    folder.mkdir(parents=True)
+    assert len(str(folder)) > host_scratch.SOCKET_PATH_MAX - sb.SCRATCH_TAIL
+    return folder
+
+
+@needs_sandbox
+def test_a_temp_folder_too_long_for_the_sockets_still_runs_the_kernel(tmp_path, monkeypatch):
+    """The kernel talks over Unix sockets in its scratch (107 bytes of path at most): with a long
+    TMPDIR the scratch goes to a short temp folder and the kernel runs."""
+    monkeypatch.setattr(tempfile, "tempdir", str(_long_folder(tmp_path)))
+    k = Kernel(cwd=tmp_path)
+    try:
+        assert k.ok("print(6 * 7)").strip() == "42"
+        assert len(str(k.scratch / "conn" / "kernel-99")) <= host_scratch.SOCKET_PATH_MAX
+    finally:
+        k.stop()
+
+
+def test_a_scratch_dir_too_long_for_the_sockets_is_refused_by_name(tmp_path):
+    folder = _long_folder(tmp_path)
+    with pytest.raises(ValueError, match=r"scratch_dir .* bytes long; .* at most \d+"):
+        sb.scratch_parent(str(folder))
+    assert sb.scratch_parent(str(tmp_path.parent)) == tmp_path.parent.resolve()  # short: kept
+
+
 FORK_BOMB = """
 import os, time
 n, err = 0, None
