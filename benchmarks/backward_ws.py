@@ -8,12 +8,12 @@ course's three autotuned kernels (`flash_attention_bwd`), the Gluon kernel's var
 N-slot Q/dO ring; `split`: at d = 128 the warpgroups share dS^T and each adds half of dQ_i's
 columns, `own`: each adds its own keys' part; `m128`: 128-query steps at d = 64; `-lag`: each step's
 dQ one step late from two dS^T buffers; `P-`: persistent programs; `-st`: their dK and dV by the
-threads' stores, not the TMA; `variants` lists them), and
-SDPA's flash, cuDNN and efficient backends (torch.autograd.grad on a kept graph). Each variant's dq,
-dk, dv are checked against SDPA's before timing; then all are timed 1 + --rounds times in rotating
-order (median kept). TFLOP/s count five N^2 d products (2.5 times the forward's FLOPs) for every
-variant. The table goes last on stdout, to DIR/backward_ws.json and to a markdown section appended
-to --results. Without a Hopper GPU it says so and exits 0.
+threads' stores, not the TMA; `-tma`: one program a key tile with them through the TMA; `variants`
+lists them), and SDPA's flash, cuDNN and efficient backends (torch.autograd.grad on a kept graph).
+Each variant's dq, dk, dv are checked against SDPA's before timing; then all are timed 1 + --rounds
+times in rotating order (median kept). TFLOP/s count five N^2 d products (2.5 times the forward's
+FLOPs) for every variant. The table goes last on stdout, to DIR/backward_ws.json and to a markdown
+section appended to --results. Without a Hopper GPU it says so and exits 0.
 """
 
 from __future__ import annotations
@@ -43,13 +43,18 @@ def variants(d: int) -> list[tuple[str, dict]]:
     `P-`: persistent programs (one per SM, tiles dealt head by head), the others one program per
     key tile; `-k1`: persistent with one K buffer (the others two: the next tile's K loaded
     early, the lag carried across tiles); `-st`: persistent with dK and dV stored by the threads
-    (the others' persistent programs copy them out by the TMA, `dkdv_tma`)."""
+    (the others' persistent programs copy them out by the TMA, `dkdv_tma`); `-tma`: one program
+    a key tile with dK and dV copied out by the TMA (the others of its kind store them)."""
     tiles = {"persistent": False}
     if d == 128:
         return [
             ("split-s2", {"num_slots": 2, "dq_split": True, "dq_lag": False, **tiles}),
             ("own-s2", {"num_slots": 2, "dq_split": False, "dq_lag": False, **tiles}),
             ("split-s2-lag", {"num_slots": 2, "dq_split": True, "dq_lag": True, **tiles}),
+            ("split-s2-tma", {"num_slots": 2, "dq_split": True, "dq_lag": False,
+                              "dkdv_tma": True, **tiles}),
+            ("split-s2-lag-tma", {"num_slots": 2, "dq_split": True, "dq_lag": True,
+                                  "dkdv_tma": True, **tiles}),
             ("P-split-s2-lag-k1", {"num_slots": 2, "dq_split": True, "dq_lag": True,
                                    "persistent": True, "k_bufs": 1}),
             ("P-split-s2-lag", {"num_slots": 2, "dq_split": True, "dq_lag": True,
@@ -62,6 +67,10 @@ def variants(d: int) -> list[tuple[str, dict]]:
         ("m128-s2", {"num_slots": 2, "block_m": 128, "dq_lag": False, **tiles}),
         ("m128-s3", {"num_slots": 3, "block_m": 128, "dq_lag": False, **tiles}),
         ("m128-s2-lag", {"num_slots": 2, "block_m": 128, "dq_lag": True, **tiles}),
+        (
+            "m128-s2-lag-tma",
+            {"num_slots": 2, "block_m": 128, "dq_lag": True, "dkdv_tma": True, **tiles},
+        ),
         ("s2", {"num_slots": 2, "block_m": 64, "dq_lag": False, **tiles}),
         ("P-m128-s2-lag-k1", {**persistent_lag, "k_bufs": 1}),
         ("P-m128-s2-lag", {**persistent_lag, "k_bufs": 2}),

@@ -31,7 +31,8 @@ def test_variants_per_head_dim():
             assert f"s{opts['num_slots']}" in parts, (name, opts)
             assert opts["persistent"] == name.startswith("P-"), (name, opts)
             assert opts["k_bufs"] == (1 if "k1" in parts or not opts["persistent"] else 2), name
-            assert opts["dkdv_tma"] == (opts["persistent"] and "st" not in parts), name
+            by_tma = (opts["persistent"] and "st" not in parts) or "tma" in parts
+            assert opts["dkdv_tma"] == by_tma, name
     assert dict(bench.variants(128))["own-s2"] == {
         "num_slots": 2, "dq_split": False, "dq_lag": False, "persistent": False
     }  # fmt: skip
