@@ -387,6 +387,88 @@ def _dedupe_grade_ids(nb, release) -> list[str]:
     return notes
 
 
+def _recover_metadata(nb, release) -> list[str]:
+    """Give back the release's nbgrader metadata to cells that lost it; returns their grade ids.
+
+    Some tools drop every cell's metadata on save: a git filter that cleans notebooks (nb-clean's
+    default, `nb-clean add-filter`, so a notebook handed in through git), a collaborative editor.
+    nbgrader would then see no test cells (every test restored at the top, before the student's
+    code) and no answer cells: 0 points for honest work. A cell without nbgrader metadata is
+    matched to a release cell whose metadata no cell carries, in this order:
+      - by its cell id (such tools keep ids), of the same cell type;
+      - a locked cell (instructions, tests) by its text, the release's exactly;
+      - an answer cell by its place, between the matched cells that come before and after it
+        in the release: the one cell there with the release's text (left as given), else the
+        one cell there of its type that is not one of the release's ordinary cells as released.
+    What matches nothing stays ordinary code (it still runs); a locked cell matched by id is then
+    restored from the release like any edited one (_restore_release_cells).
+    """
+    wanted = [c for c in release.cells if _is_nbgrader_cell(c)]
+    have = {_grade_id(c) for c in nb.cells if _meta(c)}
+    missing = {_grade_id(c): c for c in wanted if _grade_id(c) not in have}
+    if not missing:
+        return []
+    bare = [i for i, c in enumerate(nb.cells) if not _meta(c)]
+    found: dict[int, str] = {}  # nb cell index -> grade id
+
+    def claim(i: int, gid: str) -> None:
+        found[i] = gid
+        missing.pop(gid)
+
+    def text(i: int) -> str:
+        return source_text(nb.cells[i].get("source")).strip()
+
+    by_id = {rel.get("id"): gid for gid, rel in missing.items() if rel.get("id")}
+    for i in bare:
+        gid = by_id.get(nb.cells[i].get("id"))
+        if gid in missing and nb.cells[i].get("cell_type") == missing[gid].cell_type:
+            claim(i, gid)
+    for gid, rel in list(missing.items()):
+        if _meta(rel).get("solution"):
+            continue
+        released = source_text(rel.source).strip()
+        same = [
+            i
+            for i in bare
+            if i not in found
+            and nb.cells[i].get("cell_type") == rel.cell_type
+            and text(i) == released
+        ]
+        if same:
+            claim(same[0], gid)
+    order = [_grade_id(c) for c in wanted]
+    # the release's ordinary cells (imports, figures), as released: not an answer's place
+    plain = {source_text(c.source).strip() for c in release.cells if not _is_nbgrader_cell(c)}
+    place = {gid: i for i, gid in found.items()}
+    place.update({_grade_id(c): i for i, c in enumerate(nb.cells) if _meta(c)})
+    for gid, rel in list(missing.items()):
+        if not _meta(rel).get("solution"):
+            continue
+        k = order.index(gid)
+        prev = [g for g in order[:k] if g in place]
+        nxt = [g for g in order[k + 1 :] if g in place]
+        lo = place[prev[-1]] if prev else -1
+        hi = place[nxt[0]] if nxt else len(nb.cells)
+        start = order.index(prev[-1]) + 1 if prev else 0
+        stop = order.index(nxt[0]) if nxt else len(order)
+        if any(g in missing and g != gid for g in order[start:stop]):
+            continue  # another lost cell between the same neighbours: which is which is a guess
+        spots = [
+            i
+            for i in bare
+            if lo < i < hi and i not in found and nb.cells[i].get("cell_type") == rel.cell_type
+        ]
+        stub = [i for i in spots if text(i) == source_text(rel.source).strip()]  # left as given
+        spots = stub[:1] or [i for i in spots if text(i) not in plain]
+        if len(spots) == 1:
+            claim(spots[0], gid)
+            place[gid] = spots[0]
+    for i, gid in found.items():
+        rel = next(c for c in wanted if _grade_id(c) == gid)
+        nb.cells[i].setdefault("metadata", {})["nbgrader"] = copy.deepcopy(_meta(rel))
+    return [found[i] for i in sorted(found)]
+
+
 _NBGRADER_KEYS = ("grade", "grade_id", "locked", "points", "schema_version", "solution", "task")
 
 
@@ -498,14 +580,22 @@ def restore_locked_cells(nb, release) -> list[str]:
 def prepare(nb, release) -> list[str]:
     """Repair what tooling did to an honest student's notebook; one line per repair.
 
-    Cell ids made unique, grade ids that appear twice made single (_dedupe_grade_ids), the
-    release's cells restored and cells it does not have ungraded (_restore_release_cells),
-    deleted locked cells put back. The notebook is
-    changed in place; what the student wrote is kept.
+    Cell ids made unique, nbgrader metadata a tool dropped given back (_recover_metadata), grade
+    ids that appear twice made single (_dedupe_grade_ids), the release's cells restored and cells
+    it does not have ungraded (_restore_release_cells), deleted locked cells put back. The
+    notebook is changed in place; what the student wrote is kept.
     """
     notes = []
     if unique_cell_ids(nb):
         notes.append("cells had the id of another cell (a cell copied and pasted); gave new ids")
+    recovered = _recover_metadata(nb, release)
+    if recovered:
+        n = len(recovered)
+        named = ", ".join(recovered) if n <= 4 else f"{', '.join(recovered[:3])} and {n - 3} more"
+        notes.append(
+            f"{n} cells had lost their nbgrader metadata (a tool that drops cell metadata, such "
+            f"as a git filter that cleans notebooks); matched to the release's cells: {named}"
+        )
     notes += _dedupe_grade_ids(nb, release)
     notes += _restore_release_cells(nb, release)
     notes += [

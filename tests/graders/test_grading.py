@@ -228,6 +228,7 @@ def test_bank_covers_every_kind_of_submission():
         "duplicate-cell-id",
         "copied-test-cell",
         "changed-nbgrader-metadata",
+        "cleaned-by-a-git-filter",
         "uploaded-three-times",
     ):
         assert kind in names, f"the class has no {kind!r} submission"
@@ -236,6 +237,7 @@ def test_bank_covers_every_kind_of_submission():
         assert {"full", "untouched", "partial", "mistake"} <= kinds, assignment
     saves = {e.save for e in entries}
     assert {"nbformat", "nbformat-v3", "nbformat-4.4", "json", "release", "server"} <= saves
+    assert "nb-clean" in saves
     # one notebook's whole bank has the old formats and outputs as entries of their own too
     assert {"nbformat-3", "nbformat-4.4", "with-outputs"} <= {
         e.name for e in bank.build(ASSIGNMENT)

@@ -275,6 +275,71 @@ def test_a_cell_the_release_does_not_have_is_not_graded():
     assert ids == [_gid(c) for c in _release().cells if _gid(c)]
 
 
+def _as_cleaned(nb, tmp_path: Path, ids: bool = True):
+    """`nb` handed in through nb-clean's git filter (every cell's metadata gone), then read as
+    the grader reads it; ids=False: and without cell ids (an older nbformat)."""
+    path = _write(tmp_path / f"{A}.ipynb", nb, "nb-clean")
+    raw = json.loads(path.read_text())
+    assert not any(c.get("metadata") for c in raw["cells"])  # the real tool's work
+    if not ids:
+        for cell in raw["cells"]:
+            cell.pop("id", None)
+        raw["nbformat_minor"] = 4
+        path.write_text(json.dumps(raw))
+    return read_notebook(path)
+
+
+@pytest.mark.parametrize("ids", [True, False], ids=["with-ids", "without-ids"])
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_metadata_a_tool_dropped_is_matched_back_to_the_release(assignment, ids, tmp_path):
+    """Every graded and locked cell of the release gets its metadata back, on the cell the
+    student has in its place: tests and instructions by id or text, answers by id or place,
+    each answer keeping the student's code."""
+    solved = pipeline.solved_notebook(assignment)
+    release = _release(assignment)
+    nb = _as_cleaned(solved, tmp_path, ids)
+    notes = prepare(nb, release)
+    want = [_gid(c) for c in release.cells if _gid(c)]
+    assert [_gid(c) for c in nb.cells if _gid(c)] == want
+    assert len(nb.cells) == len(solved.cells)  # nothing restored a second time
+    answers = {_gid(c): source_text(c.source) for c in solved.cells if _gid(c)}
+    for cell in nb.cells:
+        if _gid(cell):
+            assert source_text(cell.source) == answers[_gid(cell)], _gid(cell)
+    assert any("had lost their nbgrader metadata" in n for n in notes), notes
+    assert not any("locked cell was deleted" in n for n in notes), notes
+
+
+def test_a_cleaned_notebook_with_an_extra_cell_keeps_the_answer_unmatched_not_guessed(tmp_path):
+    """Two cells where the release has one answer, without ids: which one is the answer is a
+    guess, so neither is made the answer cell; both run as ordinary code, and the tests after
+    them still find their places by text."""
+    ex = _first_exercise()
+    solved = pipeline.solved_notebook(A)
+    i = next(i for i, c in enumerate(solved.cells) if _gid(c) == ex.answer)
+    solved.cells.insert(i, nbformat.v4.new_code_cell("scratch = 1  # the student's own cell"))
+    nb = _as_cleaned(solved, tmp_path, ids=False)
+    prepare(nb, _release())
+    assert ex.answer not in [_gid(c) for c in nb.cells]
+    k = next(k for k, c in enumerate(nb.cells) if _gid(c) == ex.tests[0])
+    before = [source_text(c.source) for c in nb.cells[:k]]
+    assert source_text(next(c for c in solved.cells if _gid(c) == ex.answer).source) in before
+
+
+def test_a_cleaned_and_edited_test_cell_is_matched_by_id_and_restored(tmp_path):
+    """Metadata dropped and a test cell emptied: the id finds it, and it is graded as released."""
+    ex = _first_exercise()
+    solved = pipeline.solved_notebook(A)
+    cell = next(c for c in solved.cells if _gid(c) == ex.tests[0])
+    released = source_text(cell.source)
+    cell.source = "pass  # the student emptied the test"
+    nb = _as_cleaned(solved, tmp_path)
+    notes = prepare(nb, _release())
+    (test,) = [c for c in nb.cells if _gid(c) == ex.tests[0]]
+    assert source_text(test.source) == released
+    assert f"cell {ex.tests[0]}: the test cell was edited; restored from the release" in notes
+
+
 def test_untouched_means_no_code_of_the_students():
     release = _release()
     nb = copy.deepcopy(release)
