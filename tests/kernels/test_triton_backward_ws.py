@@ -147,18 +147,25 @@ def test_a_choice_given_moves_the_defaults_that_depend_on_it(d, causal, given, e
 
 
 @pytest.mark.parametrize(
-    "d, causal, n_k, expected",
-    [(128, False, 1024, True), (128, True, 4096, True), (128, True, 8192, False),
-     (64, False, 2048, True), (64, True, 1024, True), (64, False, 16384, False)],
+    "d, causal, n_k, expected, by_tma",
+    [(128, False, 1024, True, True), (128, True, 4096, True, True),
+     (128, True, 8192, False, False), (128, False, 16384, False, False),
+     (64, False, 2048, True, True), (64, True, 1024, True, True),
+     (64, False, 16384, True, False), (64, True, 8192, True, False)],
 )  # fmt: skip
-def test_persistent_programs_by_default_only_where_they_were_ahead(d, causal, n_k, expected):
+def test_persistent_programs_by_default_only_where_they_were_ahead(
+    d, causal, n_k, expected, by_tma
+):
     """Persistent programs (dealt head by head) up to 4k keys (H200, 2026-12-05; d = 64 with the
-    mask since dK and dV leave by the TMA, H100, 2026-12-06); the default a launch takes
-    (`_default_options`) follows, and at d = 128 without the mask brings the lagged dQ with
-    it."""
+    mask since dK and dV leave by the TMA, H100, 2026-12-06), and at d = 64 past 4k keys too,
+    there with dK and dV by the threads' stores (H100, 2026-12-06, 16k keys); the default a
+    launch takes (`_default_options`, `launch_options` given n_k) follows, and at d = 128
+    without the mask brings the lagged dQ with it."""
     assert bws.persistent_default(d, causal, n_k) is expected
-    opts = bws._default_options(d, causal, bws.persistent_default(d, causal, n_k))
+    opts = bws._default_options(d, causal, expected, bws.long_keys(n_k))
+    assert opts == bws.launch_options(d, causal, persistent=expected, n_k=n_k)
     assert opts["persistent"] is expected
+    assert opts["dkdv_tma"] is by_tma
     assert opts["dq_lag"] is (d == 64 or causal or expected)
 
 

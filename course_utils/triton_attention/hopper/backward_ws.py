@@ -62,8 +62,9 @@ by `autograd.pick_kernel`). Lost and taken
 out or left off: issuing each step's S^T and dP^T during the step before (spills at d = 128:
 0.57 to 0.71 times as fast). Persistent programs were level or behind at 4k and 16k keys in run 5
 (dealt by key tile with the mask); dealt head by head they are ahead up to 4k keys on an H200
-(2026-12-05, `persistent_default`), and so the default there. `python -m benchmarks.backward_ws`
-times it.
+(2026-12-05, `persistent_default`), and so the default there; at d = 64 at every length, past
+4k keys with dK and dV stored by the threads (H100, 2026-12-06, `dkdv_tma_default`).
+`python -m benchmarks.backward_ws` times it.
 
 This module is the host side (the launch, its options and their measured defaults, `preferred`,
 `compile_for_sm90`); the @gluon.jit device code is `backward_ws_kernel`.
@@ -171,7 +172,7 @@ def flash_attention_bwd_ws(
         persistent = persistent_default(d, causal, k.shape[2])
     opts = launch_options(
         d, causal, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag, bool(persistent),
-        k_bufs, dkdv_tma,
+        k_bufs, dkdv_tma, n_k=k.shape[2],
     )  # fmt: skip
     scale = float(softmax_scale_or_default(softmax_scale, d))
     if q.numel() == 0:  # no query: out does not depend on q, k, v (as the course backward)
@@ -183,14 +184,20 @@ def backward_checked(do, q, k, v, out, lse, causal: bool, scale: float):
     """(dq, dk, dv) as `flash_attention_bwd_ws` with the default options, for what `autograd`
     saved and checked once per shape (q, k, v, out contiguous, `supported`, lse its own) and a
     contiguous do of out's shape and dtype: nothing here repeats a check."""
-    d = q.shape[3]
-    opts = _default_options(d, causal, persistent_default(d, causal, k.shape[2]))
+    d, n_k = q.shape[3], k.shape[2]
+    opts = _default_options(d, causal, persistent_default(d, causal, n_k), long_keys(n_k))
     return launch(do, q, k, v, out, lse, causal, scale, opts)
 
 
 @functools.lru_cache(maxsize=16)
-def _default_options(d: int, causal: bool, persistent: bool) -> dict:
-    return launch_options(d, causal, persistent=persistent)
+def _default_options(d: int, causal: bool, persistent: bool, long: bool = False) -> dict:
+    """launch_options' defaults (long: more than PERSISTENT_MAX_KEYS keys), kept per shape."""
+    return launch_options(d, causal, persistent=persistent, n_k=PERSISTENT_MAX_KEYS + long)
+
+
+def long_keys(n_k: int) -> bool:
+    """Whether n_k keys are past PERSISTENT_MAX_KEYS, where the measured defaults change."""
+    return n_k > PERSISTENT_MAX_KEYS
 
 
 _PREPROCESS = LaunchCache(_attn_bwd_preprocess_kernel)
@@ -258,15 +265,14 @@ def launch_options(
     d: int, causal: bool, num_slots: int | None = None, dq_split: bool | None = None,
     dq_tma: bool = DQ_TMA_DEFAULT, stats_tma: bool = STATS_TMA_DEFAULT,
     block_m: int | None = None, dq_lag: bool | None = None, persistent: bool = False,
-    k_bufs: int | None = None, dkdv_tma: bool | None = None,
+    k_bufs: int | None = None, dkdv_tma: bool | None = None, n_k: int | None = None,
 ) -> dict:  # fmt: skip
     """The kernel's options at head dimension d, as a launch and `compile_for_sm90` take them
-    (persistent: the launch's grid, which moves the lag's default): each None replaced by its
-    measured default (`block_m_default`, `dq_lag_default`, `dq_split_default`,
-    `num_slots_default`, `k_bufs_default`; dkdv_tma: persistent), dq_split as the kernel reads
-    it (True where the warpgroups share dS^T), and a ValueError naming the argument for a
-    combination the kernel cannot take or whose buffers pass the H200's shared memory
-    (`shared_bytes`)."""
+    (persistent: the launch's grid, which moves the lag's default; n_k: the keys, where known): each
+    None replaced by its measured default (`block_m_default`, `dq_lag_default`, `dq_split_default`,
+    `num_slots_default`, `k_bufs_default`, `dkdv_tma_default`), dq_split as the kernel reads it
+    (True where the warpgroups share dS^T), and a ValueError naming the argument for a combination
+    the kernel cannot take or whose buffers pass the H200's shared memory (`shared_bytes`)."""
     block_m = block_m_default(d) if block_m is None else block_m
     if block_m not in BLOCK_MS or (block_m == 128 and d != 64):
         raise ValueError(
@@ -289,8 +295,7 @@ def launch_options(
     num_slots = num_slots_default(d, causal, dq_lag) if num_slots is None else num_slots
     if isinstance(num_slots, bool) or not isinstance(num_slots, int) or not 1 <= num_slots <= 3:
         raise ValueError(f"num_slots must be an int from 1 to 3, got {num_slots!r}")
-    # dK, dV through the TMA: measured ahead only where a program goes on to another key tile
-    dkdv_tma = bool(persistent) if dkdv_tma is None else bool(dkdv_tma)
+    dkdv_tma = dkdv_tma_default(persistent, n_k) if dkdv_tma is None else bool(dkdv_tma)
     if k_bufs is None:
         with_two = shared_bytes(
             d, num_slots, dq_split, dq_tma, stats_tma, block_m, dq_lag, 2, dkdv_tma
@@ -327,6 +332,17 @@ def k_bufs_default(persistent: bool, shared_with_two: int) -> int:
     return 2 if persistent and shared_with_two <= SHARED_LIMIT else 1
 
 
+def dkdv_tma_default(persistent: bool, n_k: int | None = None) -> bool:
+    """Whether dK and dV leave through shared memory and TMA copies: for persistent programs up
+    to PERSISTENT_MAX_KEYS keys (n_k None: so). Measured on an H100, 2026-12-06 (journal "dK and
+    dV through the TMA", "The backward's grid twice"): ahead where a program goes on to another
+    key tile soon (1.03 to 1.31 times at 1k to 4k keys; 1.07 times the threads' stores at d =
+    128, 4k); behind with one program a key tile (0.87 of cuDNN at d = 128, 16k, against 0.94 to
+    0.99 with the stores) and, at 16k, for the persistent programs too (at d = 64 the stores ran
+    461 and 420 TFLOP/s against 448 and 403 by the TMA, without and with the mask)."""
+    return bool(persistent) and (n_k is None or not long_keys(n_k))
+
+
 def block_m_default(d: int) -> int:
     """Query rows per step at head dimension d: 128 at d = 64 (up to 1.07 times as fast as 64
     in Gluon backward run 7, docs/journal.md), 64 at d = 128 (128 does not fit)."""
@@ -351,10 +367,13 @@ def persistent_default(d: int, causal: bool, n_k: int) -> bool:
     unlagged default; d = 64 without the mask 1.02 to 1.05 times. d = 64 with the mask, level
     at 2k and 0.96 times at 4k then, is 1.15, 1.05 and 1.02 times at 1k, 2k and 4k (255 against
     222 TFLOP/s at 1k) since dK and dV leave through the TMA with the lag carried across tiles
-    (H100, 2026-12-06). Longer sequences keep run 5's one program a tile (level or ahead
-    there). d and causal: what the next measurement may split on (none of them does now)."""
-    del d, causal
-    return n_k <= PERSISTENT_MAX_KEYS
+    (H100, 2026-12-06). Past PERSISTENT_MAX_KEYS, at d = 64 too (with the threads' stores,
+    `dkdv_tma_default`; H100, 2026-12-06, 16k keys: 461 against 401 TFLOP/s for one program a
+    tile without the mask, 420 against 413 with it, cuDNN 438 and 409); at d = 128 one program a
+    tile stays (495 against 489 without the mask, 500 against 466 with it). causal: what the
+    next measurement may split on (it does not now)."""
+    del causal
+    return n_k <= PERSISTENT_MAX_KEYS or d == 64
 
 
 def num_slots_default(d: int, causal: bool, dq_lag: bool = False) -> int:
