@@ -187,11 +187,14 @@ def test_a_temp_folder_too_long_for_sockets_still_grades(tmp_path):
     sandboxed kernel talks over them: both go to a shorter temp folder, and every student gets
     what the answer earns (before: "AF_UNIX path too long", or ZMQError "File name too long" for
     every notebook). In a program of its own, so that its temp folder is the long one."""
-    from graders.isolation.scratch import SOCKET_PATH_MAX
+    from graders.isolation import sandbox
+    from graders.isolation.scratch import leaves_room
+    from graders.run.worker import MP_SOCKET_TAIL
 
     long_tmp = tmp_path / ("job-" + "7" * 70) / "tmp"
     long_tmp.mkdir(parents=True)
-    assert len(str(long_tmp)) > SOCKET_PATH_MAX - 40
+    assert not leaves_room(long_tmp, MP_SOCKET_TAIL)  # no room for either kind of socket
+    assert not leaves_room(long_tmp, sandbox.SCRATCH_TAIL)
     submitted = _class(tmp_path / "class")
     out = tmp_path / "graded"
     cmd = [sys.executable, "-m", "graders", "grade", str(submitted), "--out", str(out),

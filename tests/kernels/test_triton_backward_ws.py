@@ -162,7 +162,8 @@ def test_persistent_programs_by_default_only_where_they_were_ahead(
     launch takes (`_default_options`, `launch_options` given n_k) follows, and at d = 128
     without the mask brings the lagged dQ with it."""
     assert bws.persistent_default(d, causal, n_k) is expected
-    opts = bws._default_options(d, causal, expected, bws.long_keys(n_k))
+    assert bws.dkdv_tma_default(expected, n_k) is by_tma
+    opts = bws._default_options(d, causal, expected, by_tma)
     assert opts == bws.launch_options(d, causal, persistent=expected, n_k=n_k)
     assert opts["persistent"] is expected
     assert opts["dkdv_tma"] is by_tma

@@ -185,19 +185,15 @@ def backward_checked(do, q, k, v, out, lse, causal: bool, scale: float):
     saved and checked once per shape (q, k, v, out contiguous, `supported`, lse its own) and a
     contiguous do of out's shape and dtype: nothing here repeats a check."""
     d, n_k = q.shape[3], k.shape[2]
-    opts = _default_options(d, causal, persistent_default(d, causal, n_k), long_keys(n_k))
+    persistent = persistent_default(d, causal, n_k)
+    opts = _default_options(d, causal, persistent, dkdv_tma_default(persistent, n_k))
     return launch(do, q, k, v, out, lse, causal, scale, opts)
 
 
 @functools.lru_cache(maxsize=16)
-def _default_options(d: int, causal: bool, persistent: bool, long: bool = False) -> dict:
-    """launch_options' defaults (long: more than PERSISTENT_MAX_KEYS keys), kept per shape."""
-    return launch_options(d, causal, persistent=persistent, n_k=PERSISTENT_MAX_KEYS + long)
-
-
-def long_keys(n_k: int) -> bool:
-    """Whether n_k keys are past PERSISTENT_MAX_KEYS, where the measured defaults change."""
-    return n_k > PERSISTENT_MAX_KEYS
+def _default_options(d: int, causal: bool, persistent: bool, dkdv_tma: bool) -> dict:
+    """launch_options' defaults for the two choices that depend on the keys, kept per shape."""
+    return launch_options(d, causal, persistent=persistent, dkdv_tma=dkdv_tma)
 
 
 _PREPROCESS = LaunchCache(_attn_bwd_preprocess_kernel)
@@ -333,14 +329,14 @@ def k_bufs_default(persistent: bool, shared_with_two: int) -> int:
 
 
 def dkdv_tma_default(persistent: bool, n_k: int | None = None) -> bool:
-    """Whether dK and dV leave through shared memory and TMA copies: for persistent programs up
-    to PERSISTENT_MAX_KEYS keys (n_k None: so). Measured on an H100, 2026-12-06 (journal "dK and
-    dV through the TMA", "The backward's grid twice"): ahead where a program goes on to another
-    key tile soon (1.03 to 1.31 times at 1k to 4k keys; 1.07 times the threads' stores at d =
-    128, 4k); behind with one program a key tile (0.87 of cuDNN at d = 128, 16k, against 0.94 to
-    0.99 with the stores) and, at 16k, for the persistent programs too (at d = 64 the stores ran
+    """Whether dK and dV leave through shared memory and TMA copies: for persistent programs up to
+    PERSISTENT_MAX_KEYS keys (n_k None: taken as within them). Measured on an H100, 2026-12-06
+    (journal "dK and dV through the TMA", "The backward's grid twice"): ahead where a program goes
+    on to another key tile soon (1.03 to 1.31 times at 1k to 4k keys; 1.07 times the threads' stores
+    at d = 128, 4k); behind with one program a key tile (0.87 of cuDNN at d = 128, 16k, against 0.94
+    to 0.99 with the stores) and, at 16k, for the persistent programs too (at d = 64 the stores ran
     461 and 420 TFLOP/s against 448 and 403 by the TMA, without and with the mask)."""
-    return bool(persistent) and (n_k is None or not long_keys(n_k))
+    return bool(persistent) and (n_k is None or n_k <= PERSISTENT_MAX_KEYS)
 
 
 def block_m_default(d: int) -> int:
