@@ -8,8 +8,10 @@ cores; journal, "Grading processes forked from a preloaded server"). It also ren
 of its own, written here, to feedback HTML: what nbconvert sets up lazily on its first export
 (Pygments' lexers, the Markdown parser, the HTML sanitizer, compiled regular expressions) is then
 set up once, and each graded process's feedback takes about a third less (journal, "Triton's
-interpreter without the costs a GPU never pays"). A run with a released notebook that imports torch
-has the server import torch too (graders.run.worker.preload_for). No student code and no
+interpreter without the costs a GPU never pays"); the feedback exporter keeps the Jinja templates
+it compiled then, and the forked processes compile none (graders/run/feedback_html.py). A run
+with a released notebook that imports torch has the server import torch too
+(graders.run.worker.preload_for). No student code and no
 submission ever runs in the server, so every forked process starts as clean as a new one. The
 server listens in this grader's own temporary folder (a socket the sandboxed kernel cannot reach:
 it has a /tmp of its own and no network namespace in common).
@@ -22,7 +24,6 @@ pipeline.skip_iri_grammar()  # before anything below imports nbformat (see skip_
 import pkgutil  # noqa: E402
 
 import nbformat  # noqa: E402,F401
-from nbconvert.exporters import HTMLExporter  # noqa: E402,F401
 from nbgrader.apps.api import NbGraderAPI  # noqa: E402,F401
 from nbgrader.converters import Autograde, GenerateFeedback  # noqa: E402,F401
 
@@ -33,6 +34,7 @@ import graders.isolation.sandbox  # noqa: E402,F401
 import graders.isolation.student_build  # noqa: E402,F401
 import graders.run.execute  # noqa: E402,F401
 import graders.run.worker  # noqa: E402,F401
+from graders.run.feedback_html import FeedbackHTMLExporter  # noqa: E402
 
 for _module in pkgutil.iter_modules(course_utils.checks.__path__, "course_utils.checks."):
     __import__(_module.name)  # each notebook's checks: the grader runs its test cells here
@@ -74,7 +76,7 @@ def _warm_feedback() -> str:
     grades = {"notebook": "warm-up", "score": 1.0, "max_score": 2.0, "late_penalty": 0.0}
     with tempfile.TemporaryDirectory(prefix="fa-warm-up-") as root:
         converter = GenerateFeedback(coursedir=CourseDirectory(root=root))
-    exporter = HTMLExporter(config=converter.config)
+    exporter = FeedbackHTMLExporter(config=converter.config)  # keeps the compiled templates
     exporter.register_preprocessor(CSSHTMLHeaderPreprocessor, enabled=True)
     html, _ = exporter.from_notebook_node(nb, resources={"nbgrader": grades})
     return html

@@ -1,0 +1,113 @@
+"""nbgrader's feedback page (generate_feedback's HTMLExporter) without nbconvert's second pass.
+
+nbconvert's HTMLExporter renders the page, then parses the whole of it again with BeautifulSoup's
+pure-Python parser to give each `<img>` without an `alt` a default one and, in JupyterLab-style
+pages, to make inputs and outputs focusable. For a feedback page (about 310 KB: inlined CSS,
+highlighted code, the figures) that pass took 0.73 s of a notebook's 1.5 s of feedback, as long as
+rendering it (2026-12-06, 2-core machine; benchmarks/RESULTS.md, "Grading speed").
+
+`FeedbackHTMLExporter` renders the same page and adds the same `alt` with one scan of the `<img>`
+tags. It also keeps the Jinja templates it compiles (nbconvert's and nbgrader's, 0.3 s of each
+page: every exporter builds a Jinja environment of its own) in this process's memory, so the
+grading processes forked from a server that rendered one page (graders/run/preload.py) compile
+none. nbgrader's feedback template is the classic one, whose page holds none of the elements the
+focus step looks for; a page that does (an instructor's JupyterLab-style template) gets
+HTMLExporter's own pass. The page differs from nbconvert's only in how BeautifulSoup would
+re-serialize it (tests/graders/test_feedback_html.py parses both and compares).
+
+    cfg.GenerateFeedback.exporter_class = FeedbackHTMLExporter     (graders/run/pipeline.py)
+"""
+
+from __future__ import annotations
+
+import re
+
+import jinja2
+from nbconvert.exporters import HTMLExporter, TemplateExporter
+from nbconvert.filters.highlight import Highlight2HTML
+from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+
+# what HTMLExporter writes into an <img> that has no alt
+DEFAULT_ALT = "No description has been provided for this image"
+# an <img ...> start tag (attribute values may hold ">" only when quoted)
+_IMG = re.compile(r"""<img\b(?:[^>"']|"[^"]*"|'[^']*')*>""", re.IGNORECASE)
+_QUOTED = re.compile(r""""[^"]*"|'[^']*'""")
+_ALT_NAME = re.compile(r"(?<=\s)alt(?=[\s=/>])", re.IGNORECASE)  # in a tag, quoted values emptied
+# the classes HTMLExporter's focus step selects (JupyterLab's page structure)
+_LAB_PAGE = re.compile(r"jp-Cell-inputWrapper|jp-OutputArea-output")
+
+
+class _CompiledTemplates(jinja2.BytecodeCache):
+    """Jinja's compiled templates in a dict of this process, keyed by template and checked
+    against its source (a changed template is compiled again)."""
+
+    def __init__(self) -> None:
+        self._store: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        data = self._store.get(bucket.key)
+        if data is not None:
+            bucket.bytecode_from_string(data)
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        self._store[bucket.key] = bucket.bytecode_to_string()
+
+
+COMPILED = _CompiledTemplates()
+
+
+def _with_alt(tag: str) -> str:
+    if _ALT_NAME.search(_QUOTED.sub('""', tag)):
+        return tag
+    end = -2 if tag.endswith("/>") else -1
+    return f'{tag[:end].rstrip()} alt="{DEFAULT_ALT}"{tag[end:]}'
+
+
+def add_missing_alt(html: str) -> str:
+    """`html` with `alt="<DEFAULT_ALT>"` added to every `<img>` tag that has no alt."""
+    return _IMG.sub(lambda m: _with_alt(m.group(0)), html)
+
+
+class FeedbackHTMLExporter(HTMLExporter):
+    """HTMLExporter that adds the missing alt text without parsing the rendered page again,
+    its templates compiled once a process."""
+
+    def _create_environment(self):
+        environment = super()._create_environment()
+        environment.bytecode_cache = COMPILED
+        return environment
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        if not hasattr(self, "_init_resources") or not hasattr(self, "_nb_metadata"):
+            return super().from_notebook_node(nb, resources, **kw)  # an nbconvert unlike 7.x
+        # the filters HTMLExporter.from_notebook_node registers before it renders
+        langinfo = nb.metadata.get("language_info", {})
+        lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
+        highlight_code = self.filters.get(
+            "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)
+        )
+        resources = self._init_resources(resources)
+        filter_data_type = WidgetsDataTypeFilter(
+            notebook_metadata=self._nb_metadata, parent=self, resources=resources
+        )
+        self.register_filter("highlight_code", highlight_code)
+        self.register_filter("filter_data_type", filter_data_type)
+        html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        if _LAB_PAGE.search(html):  # a JupyterLab-style template: nbconvert's own pass
+            return _nbconvert_pass(html), resources
+        return add_missing_alt(html), resources
+
+
+def _nbconvert_pass(html: str) -> str:
+    """What HTMLExporter does to the rendered page (nbconvert 7.17): default alt text, and
+    inputs and outputs made focusable."""
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(html, features="html.parser")
+    for elem in soup.select("img:not([alt])"):
+        elem.attrs["alt"] = DEFAULT_ALT
+    for elem in soup.select(".jp-Notebook div.jp-Cell-inputWrapper"):
+        elem.attrs["tabindex"] = "0"
+    for elem in soup.select(".jp-Notebook div.jp-OutputArea-output"):
+        elem.attrs["tabindex"] = "0"
+    return str(soup)
