@@ -234,16 +234,38 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
+def _shown_models(nb: dict) -> list[str]:
+    """The widget models the notebook's outputs show (each course figure is one)."""
+    return [
+        out["data"][WIDGET_VIEW]["model_id"]
+        for cell in nb.get("cells", [])
+        for out in cell.get("outputs", [])
+        if WIDGET_VIEW in out.get("data", {})
+    ]
+
+
+def _figures_after_run(page, assignment: str) -> list:
+    """The live figures of the open notebook, once the page shows as many as the run's outputs
+    hold widget views. The views render after the kernel is idle: on a loaded machine the page
+    once had none of 07's yet when Run All ended, and the test then checked no figure."""
+    model = page.evaluate("() => window.jupyterapp.shell.currentWidget.context.model.toJSON()")
+    want = len(_shown_models(model))
+    boxes = page.locator(".course-live-figure")
+    deadline = time.time() + 60
+    while boxes.count() < want and time.time() < deadline and not _problems(page):
+        time.sleep(0.25)
+    assert boxes.count() == want, (
+        f"{assignment} after Run All: {boxes.count()} live figures shown, {want} in its outputs; "
+        f"problems {_problems(page)}"
+    )
+    return boxes.all()
+
+
 def _missing_models(saved: dict) -> set[str]:
     """The widget models the file's outputs show whose state the file does not hold: a save
     read before the lab wrote the widget state of the whole run, or one that would reopen with
     "Error displaying widget"."""
-    shown = {
-        out["data"][WIDGET_VIEW]["model_id"]
-        for cell in saved.get("cells", [])
-        for out in cell.get("outputs", [])
-        if WIDGET_VIEW in out.get("data", {})
-    }
+    shown = set(_shown_models(saved))
     state = saved.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     return shown - set(state)
 
@@ -385,7 +407,8 @@ def _run_use_save_and_reopen(lab, page, assignment: str, phases: Phases) -> None
     run_all_seconds = time.perf_counter() - start
     phases.done("run all")
     assert _problems(page) == [], f"{assignment} after Run All: {_problems(page)}"
-    figures = page.locator(".course-live-figure").all()
+    figures = _figures_after_run(page, assignment)
+    phases.done("figures shown")
     for k, fig in enumerate(figures):
         label = f"{assignment}-figure{k + 1}"
         _check_layout(page, fig, label, WIDTHS[0])
