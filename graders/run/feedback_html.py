@@ -29,8 +29,14 @@ from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 
 # what HTMLExporter writes into an <img> that has no alt
 DEFAULT_ALT = "No description has been provided for this image"
-# an <img ...> start tag (attribute values may hold ">" only when quoted)
-_IMG = re.compile(r"""<img\b(?:[^>"']|"[^"]*"|'[^']*')*>""", re.IGNORECASE)
+# text that Python's HTML parser (BeautifulSoup's "html.parser", nbconvert's) does not read as
+# tags, left as it is: scripts, style sheets and comments; or an <img ...> start tag (attribute
+# values may hold ">" only when quoted)
+_RAW_OR_IMG = re.compile(
+    r"""(<script\b.*?</script\s*>|<style\b.*?</style\s*>|<!--.*?-->)"""
+    r"""|(<img\b(?:[^>"']|"[^"]*"|'[^']*')*>)""",
+    re.IGNORECASE | re.DOTALL,
+)
 _QUOTED = re.compile(r""""[^"]*"|'[^']*'""")
 _ALT_NAME = re.compile(r"(?<=\s)alt(?=[\s=/>])", re.IGNORECASE)  # in a tag, quoted values emptied
 # the classes HTMLExporter's focus step selects (JupyterLab's page structure)
@@ -64,8 +70,9 @@ def _with_alt(tag: str) -> str:
 
 
 def add_missing_alt(html: str) -> str:
-    """`html` with `alt="<DEFAULT_ALT>"` added to every `<img>` tag that has no alt."""
-    return _IMG.sub(lambda m: _with_alt(m.group(0)), html)
+    """`html` with `alt="<DEFAULT_ALT>"` added to every `<img>` tag that has no alt (not to
+    "<img" inside a script, a style sheet or a comment, which are not tags)."""
+    return _RAW_OR_IMG.sub(lambda m: m.group(1) or _with_alt(m.group(2)), html)
 
 
 class FeedbackHTMLExporter(HTMLExporter):

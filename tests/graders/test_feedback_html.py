@@ -45,8 +45,14 @@ def test_an_img_without_alt_gets_the_default_one(tag, gets_alt):
 
 
 def test_text_that_only_looks_like_an_img_is_left_alone():
-    text = "<pre>&lt;img src=x&gt;</pre><p>an imgur link, <imgx src=a></p>"
+    text = (
+        "<pre>&lt;img src=x&gt;</pre><p>an imgur link, <imgx src=a></p>"
+        "<script>el.innerHTML = '<img src=x>';</script><!-- <img src=y> -->"
+        "<style>/* <img src=z> */</style>"
+    )
     assert add_missing_alt(text) == text
+    want = BeautifulSoup(text, "html.parser")
+    assert not want.select("img")  # nbconvert's pass finds no tag there either
 
 
 def _feedback_config(tmp_path):
