@@ -74,6 +74,7 @@ def lab(tmp_path_factory):
     """The student's JupyterLab (course.py's command line), on loopback, over copies of the
     solution notebooks (saving in the test never touches the repository)."""
     root = tmp_path_factory.mktemp("lab")
+    (SHOTS / Phases.FILE).unlink(missing_ok=True)  # this run's timings only
     for a in pipeline.assignments():
         shutil.copy(REPO / "solutions" / a / f"{a}.ipynb", root / f"{a}.ipynb")
     port, token = _free_port(), "course-browser-test"
@@ -275,6 +276,8 @@ class Phases:
     $COURSE_SCREENSHOTS/timings.jsonl when the test ends (passed or not): a suite run that is
     slower than the browser's own work shows there which wait took the time."""
 
+    FILE = "timings.jsonl"
+
     def __init__(self, assignment: str):
         self.assignment, self.times, self.notes = assignment, {}, []
         self._last = time.perf_counter()
@@ -287,7 +290,7 @@ class Phases:
     def write(self) -> None:
         SHOTS.mkdir(parents=True, exist_ok=True)
         line = {"notebook": self.assignment, "seconds": self.times, "notes": self.notes}
-        with open(SHOTS / "timings.jsonl", "a") as fh:
+        with open(SHOTS / self.FILE, "a") as fh:
             fh.write(json.dumps(line) + "\n")
 
 
@@ -459,8 +462,8 @@ def _run_use_save_and_reopen(lab, page, assignment: str, phases: Phases) -> None
     shown = page.locator(".course-live-figure img.course-picture")
     if not _wait_for_pictures(page, shown, len(figures), 90):
         # The file holds every shown model's state (checked above), yet the lab's widget
-        # manager gave up on one: under a loaded CI it has shown "Error displaying widget"
-        # for 02's, 05's and 07's figures, which an idle or a two-busy-loop machine never did.
+        # manager gave up on one: on a loaded machine it has shown "Error displaying widget"
+        # (07's figure on CI, 01's in a suite run here), which an idle one never did.
         # What a student would do, reload the page, must then show the picture.
         phases.notes.append(f"reloaded: {_problems(page)}")
         phases.done("pictures")
