@@ -11,21 +11,21 @@ tags. It also keeps the Jinja templates it compiles (nbconvert's and nbgrader's,
 page: every exporter builds a Jinja environment of its own) in this process's memory, so the
 grading processes forked from a server that rendered one page (graders/run/preload.py) compile
 none. nbgrader's feedback template is the classic one, whose page holds none of the elements the
-focus step looks for; a page that does (an instructor's JupyterLab-style template) gets
-HTMLExporter's own pass. The page differs from nbconvert's only in how BeautifulSoup would
-re-serialize it (tests/graders/test_feedback_html.py parses both and compares).
+focus step looks for; a page that does (an instructor's JupyterLab-style template) is rendered
+again by HTMLExporter itself, as is every page under an nbconvert other than 7.x. The page
+differs from nbconvert's only in how BeautifulSoup would re-serialize it
+(tests/graders/test_feedback_html.py parses both and compares).
 
     cfg.GenerateFeedback.exporter_class = FeedbackHTMLExporter     (graders/run/pipeline.py)
 """
 
 from __future__ import annotations
 
+import copy
 import re
 
 import jinja2
 from nbconvert.exporters import HTMLExporter, TemplateExporter
-from nbconvert.filters.highlight import Highlight2HTML
-from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
 
 # what HTMLExporter writes into an <img> that has no alt
 DEFAULT_ALT = "No description has been provided for this image"
@@ -85,36 +85,26 @@ class FeedbackHTMLExporter(HTMLExporter):
         return environment
 
     def from_notebook_node(self, nb, resources=None, **kw):
-        if not hasattr(self, "_init_resources") or not hasattr(self, "_nb_metadata"):
-            return super().from_notebook_node(nb, resources, **kw)  # an nbconvert unlike 7.x
-        # the filters HTMLExporter.from_notebook_node registers before it renders
+        try:  # what HTMLExporter.from_notebook_node sets up before it renders (nbconvert 7.x)
+            from nbconvert.filters.highlight import Highlight2HTML
+            from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+
+            init_resources, nb_metadata = self._init_resources, self._nb_metadata
+        except (ImportError, AttributeError):  # another nbconvert: its own way, as it is
+            return super().from_notebook_node(nb, resources, **kw)
         langinfo = nb.metadata.get("language_info", {})
         lexer = langinfo.get("pygments_lexer", langinfo.get("name", None))
         highlight_code = self.filters.get(
             "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)
         )
-        resources = self._init_resources(resources)
+        given = copy.deepcopy(resources)  # for a second render, as it came
+        resources = init_resources(resources)
         filter_data_type = WidgetsDataTypeFilter(
-            notebook_metadata=self._nb_metadata, parent=self, resources=resources
+            notebook_metadata=nb_metadata, parent=self, resources=resources
         )
         self.register_filter("highlight_code", highlight_code)
         self.register_filter("filter_data_type", filter_data_type)
-        html, resources = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
-        if _LAB_PAGE.search(html):  # a JupyterLab-style template: nbconvert's own pass
-            return _nbconvert_pass(html), resources
-        return add_missing_alt(html), resources
-
-
-def _nbconvert_pass(html: str) -> str:
-    """What HTMLExporter does to the rendered page (nbconvert 7.17): default alt text, and
-    inputs and outputs made focusable."""
-    from bs4 import BeautifulSoup
-
-    soup = BeautifulSoup(html, features="html.parser")
-    for elem in soup.select("img:not([alt])"):
-        elem.attrs["alt"] = DEFAULT_ALT
-    for elem in soup.select(".jp-Notebook div.jp-Cell-inputWrapper"):
-        elem.attrs["tabindex"] = "0"
-    for elem in soup.select(".jp-Notebook div.jp-OutputArea-output"):
-        elem.attrs["tabindex"] = "0"
-    return str(soup)
+        html, out = TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+        if _LAB_PAGE.search(html):  # a JupyterLab-style template: rendered again, as nbconvert does
+            return super().from_notebook_node(nb, given, **kw)
+        return add_missing_alt(html), out

@@ -329,6 +329,21 @@ def test_a_full_marks_students_feedback_shows_no_error_of_the_graders(graded):
     assert notes >= len(full), "no demonstration was noted: did the stubs' message change?"
 
 
+def test_every_picture_of_the_feedback_pages_has_alt_text(graded):
+    """The feedback pages nbgrader wrote through graders/run/feedback_html.py: each image has the
+    alt text nbconvert's own pass would have given it (the full-marks pages, which hold the
+    notebooks' figures)."""
+    from bs4 import BeautifulSoup
+
+    pictures = 0
+    for entry in (e for e in graded.entries if e.name == "full"):
+        page = (graded.out / graded.of(entry)["feedback"]).read_text(encoding="utf-8")
+        soup = BeautifulSoup(page, "html.parser")
+        assert soup.select("img:not([alt])") == [], entry.assignment
+        pictures += len(soup.select("img"))
+    assert pictures > 0, "no feedback page holds a picture: the check above saw nothing"
+
+
 def test_grades_feedback_and_report_are_written(graded):
     out = graded.out
     with open(out / "grades.csv", encoding="utf-8") as fh:
