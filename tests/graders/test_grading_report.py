@@ -545,7 +545,7 @@ def _release_cells(assignment: str):
     ], nb
 
 
-@pytest.mark.parametrize("assignment", [A1, A2])
+@pytest.mark.parametrize("assignment", pipeline.assignments())
 def test_the_outline_is_the_release_notebooks(assignment):
     """Ids and points in the notebook's order; each title is words of a markdown cell between
     the graded cell before and this one (or the exercise's name); no two titles alike."""
@@ -567,6 +567,59 @@ def test_the_outline_is_the_release_notebooks(assignment):
             assert ex.title.endswith(f" ({name})") and heading in earlier.replace("`", ""), ex
     assert len({e.title for e in outline}) == len(outline)
     assert not any(e.title.endswith("points)") for e in outline)
+    # every graded cell of this course sits under a numbered label of its own (or shares the one
+    # before): never a step of the exercise's text ("The rules", "Ragged tiles") nor a section
+    labels = ("Exercise ", "Puzzle ", "Quick check ", "Concept check ")
+    assert all(e.title.startswith(labels) for e in outline), [e.title for e in outline]
+
+
+def _outline_of(tmp_path, *cells) -> list[str]:
+    """The titles exercise_outline gives a release made of `cells`: markdown text, or "TEST" for
+    a graded test cell (one point)."""
+    import nbformat
+
+    from graders.outputs.exercises import exercise_outline
+
+    nb = nbformat.v4.new_notebook()
+    for i, cell in enumerate(cells):
+        if cell == "TEST":
+            meta = {"grade": True, "solution": False, "grade_id": f"cell_{i}_tests", "points": 1}
+            nb.cells.append(nbformat.v4.new_code_cell("pass", metadata={"nbgrader": meta}))
+        else:
+            nb.cells.append(nbformat.v4.new_markdown_cell(cell))
+    path = tmp_path / "notebooks" / "a" / "a.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))
+    return [e.title for e in exercise_outline("a", tmp_path)]
+
+
+def test_an_exercises_title_is_its_own_heading_not_a_step_of_its_text(tmp_path):
+    """The title of a graded cell among the markdown since the graded cell before: a numbered
+    label wins (after a section's number or not, as heading or bold lead), then a heading, then
+    a bold lead; a bold lead inside the exercise's text never names it."""
+    titles = _outline_of(
+        tmp_path,
+        "## 6. Exercises\n\n### Exercise 2: the forward (5 points)\n\nWrite it.\n\n"
+        "**Build it in stages.** First ...\n\n**The rules.** Once every value ...",
+        "TEST",
+        "## 7. Quick checks\n\nShort ones.\n\n**Quick check 1.** How many bytes?",
+        "TEST",
+        "## 8. Exercise 3: the loop, counted\n\n**How it is checked.** By calls.",
+        "TEST",
+        "### Part B (2 points)\n\n**Hint.** Look at the mask.",
+        "TEST",
+        "Some text.\n\n**Bonus question.** Why?",
+        "TEST",
+        "TEST",
+    )
+    assert titles == [
+        "Exercise 2: the forward",
+        "Quick check 1",
+        "Exercise 3: the loop, counted",
+        "Part B",
+        "Bonus question",
+        "Bonus question (cell 10)",
+    ]
 
 
 # each student's share of each A1 cell's points (rows: students, in the order of the outline)
