@@ -7,7 +7,8 @@ forward (the autograd function's) gives out and lse; then the backward alone of 
 course's three autotuned kernels (`flash_attention_bwd`), the Gluon kernel's variants (`sN`: an
 N-slot Q/dO ring; `split`: at d = 128 the warpgroups share dS^T and each adds half of dQ_i's
 columns, `own`: each adds its own keys' part; `m128`: 128-query steps at d = 64; `-lag`: each step's
-dQ one step late from two dS^T buffers; `P-`: persistent programs; `-st`: their dK and dV by the
+dQ one step late from two dS^T buffers; `P-`: persistent programs, each taking its next key tile
+from a counter; `-dealt`: their tiles dealt in advance instead; `-st`: their dK and dV by the
 threads' stores, not the TMA; `-tma`: one program a key tile with them through the TMA; `variants`
 lists them), and SDPA's flash, cuDNN and efficient backends (torch.autograd.grad on a kept graph).
 Each variant's dq, dk, dv are checked against SDPA's before timing; then all are timed 1 + --rounds
@@ -38,13 +39,14 @@ from benchmarks.forward_ws import run_hopper_grid
 
 
 def variants(d: int) -> list[tuple[str, dict]]:
-    """(name, options of flash_attention_bwd_ws) timed at head dimension d. `m128`: 128-query
-    steps (d = 64; the default there); `-lag`: two dS^T buffers, each step's dQ one step late;
-    `P-`: persistent programs (one per SM, tiles dealt head by head), the others one program per
-    key tile; `-k1`: persistent with one K buffer (the others two: the next tile's K loaded
+    """(name, options of flash_attention_bwd_ws) timed at head dimension d. `m128`: 128-query steps
+    (d = 64; the default there); `-lag`: two dS^T buffers, each step's dQ one step late; `P-`:
+    persistent programs (one per SM, each taking its next key tile from a counter, head by head),
+    the others one program per key tile; `-dealt`: persistent with the tiles dealt in advance
+    (`dynamic=False`); `-k1`: persistent with one K buffer (the others two: the next tile's K loaded
     early, the lag carried across tiles); `-st`: persistent with dK and dV stored by the threads
-    (the others' persistent programs copy them out by the TMA, `dkdv_tma`); `-tma`: one program
-    a key tile with dK and dV copied out by the TMA (the others of its kind store them)."""
+    (the others' persistent programs copy them out by the TMA, `dkdv_tma`); `-tma`: one program a
+    key tile with dK and dV copied out by the TMA (the others of its kind store them)."""
     tiles = {"persistent": False}
     if d == 128:
         return [
@@ -59,6 +61,8 @@ def variants(d: int) -> list[tuple[str, dict]]:
                                    "persistent": True, "k_bufs": 1}),
             ("P-split-s2-lag", {"num_slots": 2, "dq_split": True, "dq_lag": True,
                                 "persistent": True, "k_bufs": 2}),
+            ("P-split-s2-lag-dealt", {"num_slots": 2, "dq_split": True, "dq_lag": True,
+                                      "persistent": True, "k_bufs": 2, "dynamic": False}),
             ("P-split-s2-lag-st", {"num_slots": 2, "dq_split": True, "dq_lag": True,
                                    "persistent": True, "k_bufs": 2, "dkdv_tma": False}),
         ]  # fmt: skip
@@ -74,6 +78,7 @@ def variants(d: int) -> list[tuple[str, dict]]:
         ("s2", {"num_slots": 2, "block_m": 64, "dq_lag": False, **tiles}),
         ("P-m128-s2-lag-k1", {**persistent_lag, "k_bufs": 1}),
         ("P-m128-s2-lag", {**persistent_lag, "k_bufs": 2}),
+        ("P-m128-s2-lag-dealt", {**persistent_lag, "k_bufs": 2, "dynamic": False}),
         ("P-m128-s2-lag-st", {**persistent_lag, "k_bufs": 2, "dkdv_tma": False}),
     ]
 

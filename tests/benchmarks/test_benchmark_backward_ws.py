@@ -33,6 +33,7 @@ def test_variants_per_head_dim():
             assert opts["k_bufs"] == (1 if "k1" in parts or not opts["persistent"] else 2), name
             by_tma = (opts["persistent"] and "st" not in parts) or "tma" in parts
             assert opts["dkdv_tma"] == by_tma, name
+            assert opts["dynamic"] == (opts["persistent"] and "dealt" not in parts), name
     assert dict(bench.variants(128))["own-s2"] == {
         "num_slots": 2, "dq_split": False, "dq_lag": False, "persistent": False
     }  # fmt: skip

@@ -80,6 +80,27 @@ def test_persistent_programs_send_dk_dv_through_the_tma(d, causal, dkdv_tma):
 
 
 @on_one_worker
+@pytest.mark.parametrize("d, causal", [(128, False), (64, True)])
+def test_persistent_programs_take_their_tiles_from_one_counter(d, causal):
+    """By default a persistent launch deals no tiles in advance: the loader takes each next key
+    tile with one atomic add on the launch's counter (the only thread atomic in the kernel: dQ
+    goes by the TMA's reduce-adds) and hands its number to the warpgroups through a few bytes
+    of shared memory; dynamic=False builds the dealt schedule, with no atomic at all."""
+    opts = bws.launch_options(d, causal, persistent=True)
+    assert opts["dynamic"] is True
+    assert bws.launch_options(d, causal)["dynamic"] is False  # one program a key tile
+    taken = bws.compile_for_sm90(d, causal, persistent=True)
+    dealt = bws.compile_for_sm90(d, causal, persistent=True, dynamic=False)
+    assert re.findall(r"atom\.global\.\w+\.\w+\.add\.u32", taken.ptx) == [
+        "atom.global.gpu.relaxed.add.u32"
+    ]
+    assert "atom.global" not in dealt.ptx and "red.global" not in dealt.ptx
+    for compiled in (taken, dealt):
+        assert compiled.shared_bytes <= bws.SHARED_LIMIT
+    assert taken.shared_bytes - dealt.shared_bytes <= 64  # the tile numbers, K_BUFS x 4 bytes
+
+
+@on_one_worker
 @pytest.mark.parametrize(
     "d, num_slots, dq_split, block_m, dq_lag, k_bufs",
     [(64, 2, False, 64, False, 1), (64, 3, False, 64, False, 1), (64, 2, True, 128, False, 1),
@@ -209,6 +230,8 @@ REFUSED = [
     (128, {"k_bufs": 2.0}, "k_bufs must be 1 or 2, got 2.0"),
     (128, {"dq_split": False, "k_bufs": 2},
      "dq_split=False, .* k_bufs=2 at d = 128 need .* more than the 232448"),
+    (128, {"dynamic": True}, "dynamic must be .* True only with persistent .* persistent=False"),
+    (64, {"dynamic": 1}, "dynamic must be True or False.* got dynamic=1"),
 ]  # fmt: skip
 
 
@@ -376,6 +399,23 @@ def test_persistent_programs_with_one_or_two_k_buffers(shape, causal, lag, k_buf
     (the warpgroups share dS^T: at d = 128 each one's own dQ parts leave no room for K's second
     buffer)."""
     check_against_float64(shape, causal, persistent=True, k_bufs=k_bufs, dq_split=True, dq_lag=lag)
+
+
+@requires_hopper
+@pytest.mark.gpu
+@pytest.mark.parametrize("dynamic", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(
+    "shape", [(1, 2, 1024, 1024, 128), (4, 40, 1024, 1024, 128), (3, 20, 512, 512, 64),
+              (4, 40, 1024, 1024, 64), (2, 3, 768, 512, 128)]
+)  # fmt: skip
+def test_tiles_taken_from_the_counter_or_dealt(shape, causal, dynamic):
+    """Persistent programs that take each next key tile from the launch's counter (the default)
+    or a share dealt in advance: fewer tiles than SMs (16: every program one tile, then the
+    number past the last), up to 10 tiles a program, N_Q != N_K; twice in a row, since the
+    counter must start from zero at every launch."""
+    for _ in range(2):
+        check_against_float64(shape, causal, persistent=True, dynamic=dynamic)
 
 
 @requires_hopper

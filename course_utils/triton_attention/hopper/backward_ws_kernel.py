@@ -68,13 +68,66 @@ GRAD_REGS = gl.constexpr(240)
 
 @gluon.jit
 def _bwd_loader(q_desc, k_desc, v_desc, do_desc, lse_src, delta_src, q_bufs, do_bufs, k_smem,
-                v_smem, lse_bufs, delta_bufs, bars, seqlen_q, seqlen_k, n_bh, CAUSAL):  # fmt: skip
+                v_smem, lse_bufs, delta_bufs, tile_ids, tile_src, bars, seqlen_q, seqlen_k, n_bh,
+                CAUSAL):  # fmt: skip
     """For each of this program's key tiles: its K into buffer tile_i % K_BUFS (once both
     warpgroups are done with the tile that last used it), its V (once both have computed the
     last tile's final dP^T), then Q_i and dO_i step by step into the ring, with lse_i beside Q_i
     and D_i beside dO_i when they come through the TMA too (lse_bufs of (SLOTS, BM)). With two
     K buffers the next tile's K arrives while this tile's last steps run, and its V while their
-    dQ products, dK and dV finish."""
+    dQ products, dK and dV finish.
+
+    Dynamic (tile_ids of (K_BUFS, 1)): the tiles are not dealt in advance. A program's first tile
+    is its program id; while it loads one tile it takes the number of its next from the counter
+    at tile_src (one atomic add a tile: tile P + the count), so a program that runs ahead takes
+    more tiles. Each tile's number goes into tile_ids[buffer] before its K's barrier is armed,
+    where the warpgroups read it once K is there; a number past the last tile tells them to
+    stop."""
+    k_ready, k_free = bars[0], bars[1]
+    K_BUFS: gl.constexpr = k_smem.type.shape[0]
+    BM: gl.constexpr = q_desc.block_type.shape[0]
+    BN: gl.constexpr = k_desc.block_type.shape[0]
+    DYNAMIC: gl.constexpr = tile_ids.type.shape[1] == 1
+    loads = (q_desc, k_desc, v_desc, do_desc, lse_src, delta_src, q_bufs, do_bufs, k_smem, v_smem,
+             lse_bufs, delta_bufs, bars, seqlen_q, seqlen_k)  # fmt: skip
+    n_kt = seqlen_k // BN
+    it = 0  # Q/dO loads so far: slot it % SLOTS, lap it // SLOTS
+    if DYNAMIC:
+        lane_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        lane = gl.arange(0, 32, layout=lane_layout)
+        n_tiles = n_kt * n_bh
+        t = gl.program_id(0)
+        tile_i = 0
+        while t < n_tiles:
+            start_n, bh, first = _tile_of(t, n_kt, n_bh, BM, BN, CAUSAL)
+            kb = tile_i % K_BUFS
+            # A fresh mbarrier counts as having completed phase 1: the first lap does not wait.
+            mbarrier.wait(k_free.index(kb), ((tile_i // K_BUFS) & 1) ^ 1)
+            _publish_tile(tile_ids.index(kb), t)
+            # the next tile's number: one lane's atomic add, read after this tile's loads
+            taken = gl.atomic_add(tile_src + lane * 0, lane * 0 + 1, mask=lane == 0, sem="relaxed")
+            it = _load_tile(loads, tile_i, start_n, bh, first, it)
+            t = gl.num_programs(0) + gl.sum(gl.where(lane == 0, taken, 0), axis=0)
+            tile_i += 1
+        kb = tile_i % K_BUFS  # the end: a number past the last tile, K's barrier armed with it
+        mbarrier.wait(k_free.index(kb), ((tile_i // K_BUFS) & 1) ^ 1)
+        _publish_tile(tile_ids.index(kb), t)
+        mbarrier.arrive(k_ready.index(kb), count=1)
+    else:
+        for tile_i in range(_num_rounds(n_kt * n_bh)):
+            start_n, bh, first = _key_tile(tile_i, n_kt, n_bh, BM, BN, CAUSAL)
+            kb = tile_i % K_BUFS
+            mbarrier.wait(k_free.index(kb), ((tile_i // K_BUFS) & 1) ^ 1)
+            it = _load_tile(loads, tile_i, start_n, bh, first, it)
+
+
+@gluon.jit
+def _load_tile(loads, tile_i, start_n, bh, first, it):
+    """The loader's work for one key tile, its K buffer free: K (read BN*d) and V (read BN*d),
+    then Q_i, dO_i (with lse_i, D_i) for each query tile from `first`. it: the Q/dO loads
+    before it (ring slot it % SLOTS); returns it after this tile's."""
+    (q_desc, k_desc, v_desc, do_desc, lse_src, delta_src, q_bufs, do_bufs, k_smem, v_smem,
+     lse_bufs, delta_bufs, bars, seqlen_q, seqlen_k) = loads  # fmt: skip
     k_ready, k_free, v_ready, v_free, q_ready, q_free, do_ready, do_free, ds_ready, ds_free = bars
     SLOTS: gl.constexpr = q_bufs.type.shape[0]
     K_BUFS: gl.constexpr = k_smem.type.shape[0]
@@ -82,34 +135,46 @@ def _bwd_loader(q_desc, k_desc, v_desc, do_desc, lse_src, delta_src, q_bufs, do_
     STATS_TMA: gl.constexpr = lse_bufs.type.shape[1] == BM
     STATS_BYTES: gl.constexpr = BM * 4 if STATS_TMA else 0
     BN: gl.constexpr = k_desc.block_type.shape[0]
-    n_kt = seqlen_k // BN
-    it = 0  # Q/dO loads so far: slot it % SLOTS, lap it // SLOTS
-    for tile_i in range(_num_rounds(n_kt * n_bh)):
-        start_n, bh, first = _key_tile(tile_i, n_kt, n_bh, BM, BN, CAUSAL)
-        kb = tile_i % K_BUFS
-        # A fresh mbarrier counts as having completed phase 1: the first lap does not wait.
-        mbarrier.wait(k_free.index(kb), ((tile_i // K_BUFS) & 1) ^ 1)
-        mbarrier.expect(k_ready.index(kb), k_desc.block_type.nbytes)
-        _tma_load(k_desc, [bh * seqlen_k + start_n * BN, 0], k_ready.index(kb), k_smem.index(kb))
-        mbarrier.wait(v_free, (tile_i & 1) ^ 1)  # read BN*d above, BN*d below
-        mbarrier.expect(v_ready, v_desc.block_type.nbytes)
-        _tma_load(v_desc, [bh * seqlen_k + start_n * BN, 0], v_ready, v_smem)
-        for step in range(seqlen_q // BM - first):
-            i = first + step
-            slot = it % SLOTS
-            phase = (it // SLOTS) & 1
-            row = bh * seqlen_q + i * BM
-            mbarrier.wait(q_free.index(slot), phase ^ 1)
-            mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + STATS_BYTES)
-            _tma_load(q_desc, [row, 0], q_ready.index(slot), q_bufs.index(slot))  # read BM*d
-            if STATS_TMA:
-                _tma_load(lse_src, [row], q_ready.index(slot), lse_bufs.index(slot))  # read BM
-            mbarrier.wait(do_free.index(slot), phase ^ 1)
-            mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes + STATS_BYTES)
-            _tma_load(do_desc, [row, 0], do_ready.index(slot), do_bufs.index(slot))  # read BM*d
-            if STATS_TMA:
-                _tma_load(delta_src, [row], do_ready.index(slot), delta_bufs.index(slot))
-            it += 1
+    kb = tile_i % K_BUFS
+    mbarrier.expect(k_ready.index(kb), k_desc.block_type.nbytes)
+    _tma_load(k_desc, [bh * seqlen_k + start_n * BN, 0], k_ready.index(kb), k_smem.index(kb))
+    mbarrier.wait(v_free, (tile_i & 1) ^ 1)  # read BN*d above, BN*d below
+    mbarrier.expect(v_ready, v_desc.block_type.nbytes)
+    _tma_load(v_desc, [bh * seqlen_k + start_n * BN, 0], v_ready, v_smem)
+    for step in range(seqlen_q // BM - first):
+        i = first + step
+        slot = it % SLOTS
+        phase = (it // SLOTS) & 1
+        row = bh * seqlen_q + i * BM
+        mbarrier.wait(q_free.index(slot), phase ^ 1)
+        mbarrier.expect(q_ready.index(slot), q_desc.block_type.nbytes + STATS_BYTES)
+        _tma_load(q_desc, [row, 0], q_ready.index(slot), q_bufs.index(slot))  # read BM*d
+        if STATS_TMA:
+            _tma_load(lse_src, [row], q_ready.index(slot), lse_bufs.index(slot))  # read BM
+        mbarrier.wait(do_free.index(slot), phase ^ 1)
+        mbarrier.expect(do_ready.index(slot), do_desc.block_type.nbytes + STATS_BYTES)
+        _tma_load(do_desc, [row, 0], do_ready.index(slot), do_bufs.index(slot))  # read BM*d
+        if STATS_TMA:
+            _tma_load(delta_src, [row], do_ready.index(slot), delta_bufs.index(slot))
+        it += 1
+    return it
+
+
+@gluon.jit
+def _publish_tile(tile_id, t):
+    """The loader (one warp) writes tile number t into tile_id, a (1,) int32 buffer, before it
+    arms the barrier the warpgroups wait on (its arrive releases the write to them)."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    tile_id.store(gl.full([1], t, gl.int32, layout=layout))
+    _thread_barrier()  # every lane's write is done before lane 0 arrives
+
+
+@gluon.jit
+def _published_tile(tile_id):
+    """A warpgroup (four warps) reads the tile number the loader wrote (`_publish_tile`), once
+    the barrier it was published with has completed."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    return gl.max(tile_id.load(layout), axis=0)
 
 
 @gluon.jit
@@ -128,6 +193,12 @@ def _key_tile(tile_i, n_kt, n_bh, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: gl
     same section), and at 1k on 132 SMs the snake deals each program key tiles j and 7 - j in
     turn, the same work for all."""
     t = tile_i * gl.num_programs(0) + _position(tile_i)
+    return _tile_of(t, n_kt, n_bh, BM, BN, CAUSAL)
+
+
+@gluon.jit
+def _tile_of(t, n_kt, n_bh, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: gl.constexpr):
+    """Tile t of the schedule (`_key_tile`'s order) -> (start_n, bh, first query tile)."""
     if CAUSAL and gl.num_programs(0) < n_kt * n_bh and n_kt >= KEY_MAJOR_TILES:
         start_n = t // n_bh
         bh = t % n_bh
@@ -160,18 +231,19 @@ def _issue_scores(k_rows, v_rows, q_bufs, do_bufs, q_ready, do_ready, it, st_zer
 
 @gluon.jit
 def _bwd_warpgroup(
-    wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, lse_bufs, delta_bufs, dq_stage,
-    bars, dq_dst, dk_dst, dv_dst, lse_src, delta_src, seqlen_q, seqlen_k, n_bh, qk_scale,
-    sm_scale, CAUSAL,
+    wg: gl.constexpr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, lse_bufs, delta_bufs, tile_ids,
+    dq_stage, bars, dq_dst, dk_dst, dv_dst, lse_src, delta_src, seqlen_q, seqlen_k, n_bh,
+    qk_scale, sm_scale, CAUSAL,
 ):  # fmt: skip
     """Keys wg*64 .. wg*64+63 of each of this program's key tiles: dK and dV over every query
-    tile, and this warpgroup's part of each dQ_i.
+    tile, and this warpgroup's part of each dQ_i. The tiles: dealt in advance (`_key_tile`), or
+    with tile_ids of (K_BUFS, 1) the ones the loader took (`_bwd_loader`), read as each K arrives.
 
     With dq_stage (64, 64) slots (DQ_TMA), dq_dst is a descriptor over the fp32 dQ and each part
     of dQ_i goes through this warpgroup's slots and one TMA reduce-add; else dq_dst is a pointer
     and the threads add their registers with atomics (and dq_stage's (128, 32) slots, where
     dk_dst is a descriptor, hold only dK and dV on their way out, `_store_dk_dv`)."""
-    k_ready, v_ready = bars[0], bars[2]
+    k_ready = bars[0]
     BM: gl.constexpr = q_bufs.type.shape[1]
     HEAD_DIM: gl.constexpr = q_bufs.type.shape[2]
     K_BUFS: gl.constexpr = k_smem.type.shape[0]
@@ -185,6 +257,7 @@ def _bwd_warpgroup(
     # step late (`_bwd_tile_lagged`).
     DQ_LAG: gl.constexpr = len(ds_smem.type.shape) == 3 and ds_smem.type.shape[1] == 2 * KR
     DQ_SPLIT: gl.constexpr = len(ds_smem.type.shape) == 2
+    DYNAMIC: gl.constexpr = tile_ids.type.shape[1] == 1
     DQ_N: gl.constexpr = 64
     DQ_M: gl.constexpr = 64
     st_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -198,7 +271,9 @@ def _bwd_warpgroup(
     )  # a (DQ_M, DQ_N) part of dQ_i
 
     v_rows = v_smem.slice(wg * KR, KR)  # (KR, d)
-    if DQ_LAG:  # `_bwd_tile_lagged` takes ds_smem whole
+    if DQ_LAG:  # `_bwd_tile_lagged` takes ds_smem whole (ds_rows and dq_a: unused)
+        ds_rows = ds_smem
+        dq_a = ds_smem
         dq_row0 = 0
         dq_col0 = 0
     elif DQ_SPLIT:
@@ -237,37 +312,74 @@ def _bwd_warpgroup(
     done = 0  # steps of the earlier tiles: ring slots and barrier phases continue from there
     pend_row = 0
     pend_kb = 0
-    for tile_i in range(_num_rounds(n_kt * n_bh)):
-        start_n, bh, first = _key_tile(tile_i, n_kt, n_bh, BM, 2 * KR, CAUSAL)
-        k0 = start_n * (2 * KR) + wg * KR  # first key of this warpgroup, within the head
-        offs_k = k0 + key_rows
-        dk = kv_zero
-        dv = kv_zero
-        n_steps = seqlen_q // BM - first
-        k_tile = k_smem.index(tile_i % K_BUFS)  # (BN, d)
-        k_rows = k_tile.slice(wg * KR, KR)  # (KR, d)
-        mbarrier.wait(k_ready.index(tile_i % K_BUFS), (tile_i // K_BUFS) & 1)
-        mbarrier.wait(v_ready, tile_i & 1)
-        if DQ_LAG:
-            done, pend_row, pend_kb = _bwd_tile_lagged(
-                wg, ring, k_smem, tile_i, k_rows, v_rows, ds_smem, dq_stage, bars, dq_dst,
-                dk_dst, dv_dst, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first,
-                n_steps, done, pend_row, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
-            )  # fmt: skip
-        else:
-            done = _bwd_tile(
-                wg, ring, k_tile, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars,
-                dq_dst, dk_dst, dv_dst, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k,
-                first, n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
-            )  # fmt: skip
-        if not CARRY:
-            # Every product of this tile has read K, and dK's and dV's stores are issued. (With
-            # one buffer the next tile's K waits for them.)
-            mbarrier.arrive(bars[1].index(tile_i % K_BUFS), count=1)
+    per_tile = (ring, k_smem, v_rows, ds_smem, ds_rows, dq_a, dq_offs, dq_stage, bars, dq_dst,
+                dk_dst, dv_dst, seqlen_q, seqlen_k, qk_scale, sm_scale, kv_zero, st_zero,
+                dq_zero, q_rows, key_rows, CAUSAL)  # fmt: skip
+    if DYNAMIC:  # the tiles the loader took from the counter, in the order it took them
+        n_tiles = n_kt * n_bh
+        tile_i = 0
+        mbarrier.wait(k_ready.index(0), 0)
+        t = _published_tile(tile_ids.index(0))
+        while t < n_tiles:
+            start_n, bh, first = _tile_of(t, n_kt, n_bh, BM, 2 * KR, CAUSAL)
+            done, pend_row, pend_kb = _grad_tile(
+                wg, per_tile, tile_i, start_n, bh, first, done, pend_row, pend_kb
+            )
+            tile_i += 1
+            mbarrier.wait(k_ready.index(tile_i % K_BUFS), (tile_i // K_BUFS) & 1)
+            t = _published_tile(tile_ids.index(tile_i % K_BUFS))
+    else:
+        for tile_i in range(_num_rounds(n_kt * n_bh)):
+            start_n, bh, first = _key_tile(tile_i, n_kt, n_bh, BM, 2 * KR, CAUSAL)
+            mbarrier.wait(k_ready.index(tile_i % K_BUFS), (tile_i // K_BUFS) & 1)
+            done, pend_row, pend_kb = _grad_tile(
+                wg, per_tile, tile_i, start_n, bh, first, done, pend_row, pend_kb
+            )
     if CARRY and done > 0:  # the program's last step's dQ, pending since its tile ended
         _lagged_dq_drain(ds_smem, k_smem.index(pend_kb), dq_stage, bars, dq_dst, wg, done - 1,
                          pend_row, dq_zero)  # fmt: skip
     tma.store_wait(0)  # the last copies out have read dq_stage before the program ends
+
+
+@gluon.jit
+def _grad_tile(wg: gl.constexpr, per_tile, tile_i, start_n, bh, first, done, pend_row, pend_kb):
+    """One key tile of a warpgroup, its K (buffer tile_i % K_BUFS) arrived: V awaited, then every
+    query step (`_bwd_tile_lagged` or `_bwd_tile`), its dK and dV written out. per_tile: what
+    `_bwd_warpgroup` set up for all its tiles (wg apart: a constexpr, which a tuple would not
+    keep). Returns (done, pend_row, pend_kb) after it."""
+    (ring, k_smem, v_rows, ds_smem, ds_rows, dq_a, dq_offs, dq_stage, bars, dq_dst, dk_dst,
+     dv_dst, seqlen_q, seqlen_k, qk_scale, sm_scale, kv_zero, st_zero, dq_zero, q_rows, key_rows,
+     CAUSAL) = per_tile  # fmt: skip
+    BM: gl.constexpr = ring[0].type.shape[1]
+    K_BUFS: gl.constexpr = k_smem.type.shape[0]
+    KR: gl.constexpr = k_smem.type.shape[1] // 2
+    DQ_LAG: gl.constexpr = len(ds_smem.type.shape) == 3 and ds_smem.type.shape[1] == 2 * KR
+    CARRY: gl.constexpr = DQ_LAG and K_BUFS == 2
+    k0 = start_n * (2 * KR) + wg * KR  # first key of this warpgroup, within the head
+    offs_k = k0 + key_rows
+    dk = kv_zero
+    dv = kv_zero
+    n_steps = seqlen_q // BM - first
+    k_tile = k_smem.index(tile_i % K_BUFS)  # (BN, d)
+    k_rows = k_tile.slice(wg * KR, KR)  # (KR, d)
+    mbarrier.wait(bars[2], tile_i & 1)  # V
+    if DQ_LAG:
+        done, pend_row, pend_kb = _bwd_tile_lagged(
+            wg, ring, k_smem, tile_i, k_rows, v_rows, ds_smem, dq_stage, bars, dq_dst,
+            dk_dst, dv_dst, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k, first,
+            n_steps, done, pend_row, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
+        )  # fmt: skip
+    else:
+        done = _bwd_tile(
+            wg, ring, k_tile, k_rows, v_rows, ds_rows, dq_a, dq_offs, dq_stage, bars,
+            dq_dst, dk_dst, dv_dst, seqlen_q, seqlen_k, qk_scale, sm_scale, bh, k0, offs_k,
+            first, n_steps, done, dk, dv, st_zero, dq_zero, q_rows, CAUSAL,
+        )  # fmt: skip
+    if not CARRY:
+        # Every product of this tile has read K, and dK's and dV's stores are issued. (With
+        # one buffer the next tile's K waits for them.)
+        mbarrier.arrive(bars[1].index(tile_i % K_BUFS), count=1)
+    return done, pend_row, pend_kb
 
 
 @gluon.jit
@@ -602,6 +714,7 @@ def _attn_bwd_ws_kernel(
     lse_src,  # (B*H*N_Q,) fp32, natural log: a descriptor with tiles of BLOCK_M when STATS_TMA,
     # else a pointer
     delta_src,  # (B*H*N_Q,) fp32: D = rowsum(dO * O), as lse_src
+    tile_src,  # (1,) int32, zeroed: with DYNAMIC the count of tiles taken past the first P
     seqlen_q,
     seqlen_k,
     n_bh,  # B*H
@@ -614,9 +727,11 @@ def _attn_bwd_ws_kernel(
     STATS_TMA: gl.constexpr,  # lse_i and D_i come through the TMA with Q_i and dO_i
     DQ_LAG: gl.constexpr,  # DQ_SPLIT's dS^T in two buffers, each step's dQ one step late
     K_BUFS: gl.constexpr = 1,  # K's buffers: 2 lets persistent programs load the next tile's early
+    DYNAMIC: gl.constexpr = False,  # each program takes its next key tile from tile_src's counter
 ):
-    """grid (P,): P programs take the B*H*N_K/BLOCK_N key tiles in turn (`_key_tile`); with
-    P = the number of tiles, one each."""
+    """grid (P,): P programs take the B*H*N_K/BLOCK_N key tiles in turn (`_key_tile`), or with
+    DYNAMIC each its next when it is ready for one (`_bwd_loader`); with P = the number of
+    tiles, one each."""
     BM: gl.constexpr = q_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     BN: gl.constexpr = k_desc.block_type.shape[0]
@@ -653,6 +768,13 @@ def _attn_bwd_ws_kernel(
         stats_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([8], gl.float32)
         lse_bufs = gl.allocate_shared_memory(gl.float32, [1, 8], stats_layout)
         delta_bufs = gl.allocate_shared_memory(gl.float32, [1, 8], stats_layout)
+    # With DYNAMIC the number of the tile in each K buffer (`_publish_tile`); else unused, its
+    # shape (1, 2) telling the partitions so (constexprs arrive there as tensors).
+    ids_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])  # as mbarriers
+    if DYNAMIC:
+        tile_ids = gl.allocate_shared_memory(gl.int32, [K_BUFS, 1], ids_layout)
+    else:
+        tile_ids = gl.allocate_shared_memory(gl.int32, [1, 2], ids_layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [K_BUFS, 1], mbarrier.MBarrierLayout())
     k_free = gl.allocate_shared_memory(gl.int64, [K_BUFS, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -681,10 +803,10 @@ def _attn_bwd_ws_kernel(
         bars, dq_dst, dk_dst, dv_dst, lse_src, delta_src, seqlen_q, seqlen_k, n_bh, qk_scale,
         sm_scale, CAUSAL,
     )  # fmt: skip
-    smem = (q_bufs, do_bufs, k_smem, v_smem, ds_smem, lse_bufs, delta_bufs)
+    smem = (q_bufs, do_bufs, k_smem, v_smem, ds_smem, lse_bufs, delta_bufs, tile_ids)
     loader_args = (
         q_desc, k_desc, v_desc, do_desc, lse_src, delta_src, q_bufs, do_bufs, k_smem, v_smem,
-        lse_bufs, delta_bufs, bars, seqlen_q, seqlen_k, n_bh, CAUSAL,
+        lse_bufs, delta_bufs, tile_ids, tile_src, bars, seqlen_q, seqlen_k, n_bh, CAUSAL,
     )  # fmt: skip
     gl.warp_specialize(
         [
