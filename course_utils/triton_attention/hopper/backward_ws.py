@@ -6,7 +6,9 @@ products). This variant computes all three gradients in one pass over the tile p
 FlashAttention-2 and -3 do: five products, dQ added into an fp32 buffer.
 
 One program per key tile of BLOCK_N = 128 keys (or, with persistent=True, one per SM taking
-key tiles in turn); each program's warps split by job:
+key tiles in turn: with dynamic, each its next tile from a counter when it is ready for one, so
+that a program slowed by its tiles or its place in L2 leaves the rest to the others); each
+program's warps split by job:
 
     loader      1 warp: TMA copies of a key tile's K and V, then of each query tile's Q_i and
                 dO_i (BLOCK_M = 64 rows, 128 at d = 64), with its lse_i and D_i, into a ring of
