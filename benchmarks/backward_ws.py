@@ -41,12 +41,13 @@ from benchmarks.forward_ws import run_hopper_grid
 def variants(d: int) -> list[tuple[str, dict]]:
     """(name, options of flash_attention_bwd_ws) timed at head dimension d. `m128`: 128-query steps
     (d = 64; the default there); `-lag`: two dS^T buffers, each step's dQ one step late; `P-`:
-    persistent programs (one per SM, each taking its next key tile from a counter, head by head),
-    the others one program per key tile; `-dealt`: persistent with the tiles dealt in advance
-    (`dynamic=False`); `-k1`: persistent with one K buffer (the others two: the next tile's K loaded
-    early, the lag carried across tiles); `-st`: persistent with dK and dV stored by the threads
-    (the others' persistent programs copy them out by the TMA, `dkdv_tma`); `-tma`: one program a
-    key tile with dK and dV copied out by the TMA (the others of its kind store them)."""
+    persistent programs (one per SM, each taking its next key tile from a counter, head by head, at
+    every point: `dynamic=True`), the others one program per key tile; `-dealt`: persistent with the
+    tiles dealt in advance (`dynamic=False`); `-k1`: persistent with one K buffer (the others two:
+    the next tile's K loaded early, the lag carried across tiles); `-st`: persistent with dK and dV
+    stored by the threads (the others' persistent programs copy them out by the TMA, `dkdv_tma`);
+    `-tma`: one program a key tile with dK and dV copied out by the TMA (the others of its kind
+    store them)."""
     tiles = {"persistent": False}
     if d == 128:
         return [
@@ -58,15 +59,18 @@ def variants(d: int) -> list[tuple[str, dict]]:
             ("split-s2-lag-tma", {"num_slots": 2, "dq_split": True, "dq_lag": True,
                                   "dkdv_tma": True, **tiles}),
             ("P-split-s2-lag-k1", {"num_slots": 2, "dq_split": True, "dq_lag": True,
-                                   "persistent": True, "k_bufs": 1}),
+                                   "persistent": True, "k_bufs": 1, "dynamic": True}),
             ("P-split-s2-lag", {"num_slots": 2, "dq_split": True, "dq_lag": True,
-                                "persistent": True, "k_bufs": 2}),
+                                "persistent": True, "k_bufs": 2, "dynamic": True}),
             ("P-split-s2-lag-dealt", {"num_slots": 2, "dq_split": True, "dq_lag": True,
                                       "persistent": True, "k_bufs": 2, "dynamic": False}),
             ("P-split-s2-lag-st", {"num_slots": 2, "dq_split": True, "dq_lag": True,
-                                   "persistent": True, "k_bufs": 2, "dkdv_tma": False}),
+                                   "persistent": True, "k_bufs": 2, "dkdv_tma": False,
+                                   "dynamic": True}),
         ]  # fmt: skip
-    persistent_lag = {"num_slots": 2, "block_m": 128, "dq_lag": True, "persistent": True}
+    persistent_lag = {
+        "num_slots": 2, "block_m": 128, "dq_lag": True, "persistent": True, "dynamic": True
+    }  # fmt: skip
     return [
         ("m128-s2", {"num_slots": 2, "block_m": 128, "dq_lag": False, **tiles}),
         ("m128-s3", {"num_slots": 3, "block_m": 128, "dq_lag": False, **tiles}),

@@ -82,14 +82,15 @@ def test_persistent_programs_send_dk_dv_through_the_tma(d, causal, dkdv_tma):
 @on_one_worker
 @pytest.mark.parametrize("d, causal", [(128, False), (64, True)])
 def test_persistent_programs_take_their_tiles_from_one_counter(d, causal):
-    """By default a persistent launch deals no tiles in advance: the loader takes each next key
-    tile with one atomic add on the launch's counter (the only thread atomic in the kernel: dQ
-    goes by the TMA's reduce-adds) and hands its number to the warpgroups through a few bytes
-    of shared memory; dynamic=False builds the dealt schedule, with no atomic at all."""
+    """Without the mask a persistent launch deals no tiles in advance by default: the loader
+    takes each next key tile with one atomic add on the launch's counter (the only thread atomic
+    in the kernel: dQ goes by the TMA's reduce-adds) and hands its number to the warpgroups
+    through a few bytes of shared memory; dynamic=False builds the dealt schedule, with no
+    atomic at all, the default with the mask (where the counter lost, `dynamic_default`)."""
     opts = bws.launch_options(d, causal, persistent=True)
-    assert opts["dynamic"] is True
+    assert opts["dynamic"] is (not causal)
     assert bws.launch_options(d, causal)["dynamic"] is False  # one program a key tile
-    taken = bws.compile_for_sm90(d, causal, persistent=True)
+    taken = bws.compile_for_sm90(d, causal, persistent=True, dynamic=True)
     dealt = bws.compile_for_sm90(d, causal, persistent=True, dynamic=False)
     assert re.findall(r"atom\.global\.\w+\.\w+\.add\.u32", taken.ptx) == [
         "atom.global.gpu.relaxed.add.u32"

@@ -162,7 +162,7 @@ def flash_attention_bwd_ws(
     tile's dK and dV leave through shared memory and TMA copies that run on while the next tile
     starts (default: with persistent programs), else by the threads' own stores; dynamic:
     persistent programs take each next key tile from a counter when they are ready for one,
-    not dealt in advance (default `dynamic_default(persistent)`).
+    not dealt in advance (default `dynamic_default(persistent, causal)`).
     Defaults and refusals: `launch_options`. Extra memory: an fp32 dQ of q's shape.
     """
     _check_backward_inputs(do, q, k, v, out, lse, causal)
@@ -310,7 +310,7 @@ def launch_options(
         k_bufs = k_bufs_default(persistent, with_two)
     if isinstance(k_bufs, bool) or not isinstance(k_bufs, int) or k_bufs not in (1, 2):
         raise ValueError(f"k_bufs must be 1 or 2, got {k_bufs!r}")
-    dynamic = dynamic_default(persistent) if dynamic is None else dynamic
+    dynamic = dynamic_default(persistent, causal) if dynamic is None else dynamic
     if not isinstance(dynamic, bool) or (dynamic and not persistent):
         raise ValueError(
             "dynamic must be True or False, and True only with persistent programs (one program "
@@ -358,16 +358,16 @@ def dkdv_tma_default(persistent: bool, n_k: int | None = None) -> bool:
     return bool(persistent) and (n_k is None or n_k <= PERSISTENT_MAX_KEYS)
 
 
-def dynamic_default(persistent: bool) -> bool:
+def dynamic_default(persistent: bool, causal: bool = False) -> bool:
     """Whether persistent programs take each next key tile from a counter (`_bwd_loader`) rather
-    than a share dealt in advance: wherever programs are persistent. Measured on an H100,
-    2026-12-07 (journal "The tile counter on an H100"), with an earlier build of the same
-    counter, against tiles dealt in advance in the same rotating rounds: d = 128 without the
-    mask 384 against 372 TFLOP/s at 1k keys (0.96 of cuDNN against 0.93) and 478 against 444
-    at 4k (1.00 against 0.93); with the mask at 1k, 286 against 274 (1.01 against 0.97).
-    Programs that draw slow tiles (more query tiles, a busier part of L2) no longer hold the
-    launch's end back: the others take their share."""
-    return bool(persistent)
+    than a share dealt in advance: without the mask. Measured on an H100, 2026-12-07 07:39 UTC
+    (journal "Tiles taken from a counter, rebuilt on main"), both in the same rotating rounds, d
+    = 128: without the mask 371 against 370 TFLOP/s at 1k keys and 477 against 454 at 4k (cuDNN
+    400 and 482), so a program slowed by its tiles or its place in L2 leaves the rest to the
+    others; with the mask 260 against 278 at 1k and 386 against 408 at 4k (cuDNN 287 and 435):
+    there key tiles differ in length, the counter hands them out head by head and the last long
+    ones start late, where the dealt snake gives every program the same work."""
+    return bool(persistent) and not causal
 
 
 def block_m_default(d: int) -> int:
