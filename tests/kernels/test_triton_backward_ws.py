@@ -411,10 +411,11 @@ def test_persistent_programs_with_one_or_two_k_buffers(shape, causal, lag, k_buf
               (4, 40, 1024, 1024, 64), (2, 3, 768, 512, 128)]
 )  # fmt: skip
 def test_tiles_taken_from_the_counter_or_dealt(shape, causal, dynamic):
-    """Persistent programs that take each next key tile from the launch's counter (the default)
-    or a share dealt in advance: fewer tiles than SMs (16: every program one tile, then the
-    number past the last), up to 10 tiles a program, N_Q != N_K; twice in a row, since the
-    counter must start from zero at every launch."""
+    """Persistent programs that take each next key tile from the launch's counter (the default
+    without the mask) or a share dealt in advance (with it), each way with and without the mask:
+    fewer tiles than SMs (16: every program one tile, then the number past the last), up to 10 tiles
+    a program, N_Q != N_K; twice in a row, since the counter must start from zero at every
+    launch."""
     for _ in range(2):
         check_against_float64(shape, causal, persistent=True, dynamic=dynamic)
 

@@ -277,9 +277,9 @@ def launch_options(
     (persistent: the launch's grid, which moves the lag's default; n_k: the keys, where known): each
     None replaced by its measured default (`block_m_default`, `dq_lag_default`, `dq_split_default`,
     `num_slots_default`, `k_bufs_default`, `dkdv_tma_default`, `dynamic_default`), dq_split as
-    the kernel reads it
-    (True where the warpgroups share dS^T), and a ValueError naming the argument for a combination
-    the kernel cannot take or whose buffers pass the H200's shared memory (`shared_bytes`)."""
+    the kernel reads it (True where the warpgroups share dS^T), and a ValueError naming the
+    argument for a combination the kernel cannot take or whose buffers pass the H200's shared
+    memory (`shared_bytes`)."""
     block_m = block_m_default(d) if block_m is None else block_m
     if block_m not in BLOCK_MS or (block_m == 128 and d != 64):
         raise ValueError(
@@ -360,13 +360,13 @@ def dkdv_tma_default(persistent: bool, n_k: int | None = None) -> bool:
 
 def dynamic_default(persistent: bool, causal: bool = False) -> bool:
     """Whether persistent programs take each next key tile from a counter (`_bwd_loader`) rather
-    than a share dealt in advance: without the mask. Measured on an H100, 2026-12-07 07:39 UTC
-    (journal "Tiles taken from a counter, rebuilt on main"), both in the same rotating rounds, d
-    = 128: without the mask 371 against 370 TFLOP/s at 1k keys and 477 against 454 at 4k (cuDNN
-    400 and 482), so a program slowed by its tiles or its place in L2 leaves the rest to the
-    others; with the mask 260 against 278 at 1k and 386 against 408 at 4k (cuDNN 287 and 435):
-    there key tiles differ in length, the counter hands them out head by head and the last long
-    ones start late, where the dealt snake gives every program the same work."""
+    than a share dealt in advance: without the mask. Measured on an H100, 2026-12-07 07:38-07:41 UTC
+    (journal "Tiles taken from a counter, rebuilt on main"), both in the same rotating rounds, d =
+    128: without the mask 371 against 370 TFLOP/s at 1k keys and 477 against 454 at 4k (cuDNN 400
+    and 482), so a program slowed by its tiles or its place in L2 leaves the rest to the others;
+    with the mask 260 against 278 at 1k and 386 against 408 at 4k (cuDNN 287 and 435): there key
+    tiles differ in length, the counter hands them out head by head and the last long ones start
+    late, where the dealt snake gives every program the same work."""
     return bool(persistent) and not causal
 
 
