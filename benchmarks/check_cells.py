@@ -81,6 +81,8 @@ def time_notebook(name: str, timeout: int = 900) -> tuple[list[dict], list[str]]
     import nbformat
     from nbclient import NotebookClient
 
+    from graders.run.local_kernel import LocalKernelManager
+
     path = REPO / "solutions" / name / f"{name}.ipynb"
     nb = split_hidden(nbformat.read(path, as_version=4))
     env_path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
@@ -89,6 +91,7 @@ def time_notebook(name: str, timeout: int = 900) -> tuple[list[dict], list[str]]
     client = NotebookClient(
         nb, timeout=timeout, kernel_name="python3", allow_errors=True, record_timing=True,
         resources={"metadata": {"path": str(path.parent)}},
+        kernel_manager_class=LocalKernelManager,  # no TCP port to lose to another process
     )  # fmt: skip
     client.execute()
     rows, errors = [], []

@@ -31,9 +31,12 @@ def measure(calls: int, rounds: int, size: int, say=print) -> dict[str, list[flo
     from nbformat.v4 import new_code_cell, new_notebook
 
     from graders.isolation.remote import KernelChannel, RemoteFunction
+    from graders.run.local_kernel import LocalKernelManager
 
     nb = new_notebook(cells=[new_code_cell("import numpy as np\ndef f(x):\n    return np.exp(x)")])
-    client = NotebookClient(nb, kernel_name="python3", timeout=120)
+    client = NotebookClient(
+        nb, kernel_name="python3", timeout=120, kernel_manager_class=LocalKernelManager
+    )
     times: dict[str, list[float]] = {m: [] for m in MODES}
     with client.setup_kernel(), tempfile.TemporaryDirectory(prefix="verdict-channel-") as io:
         client.execute_cell(nb.cells[0], 0)

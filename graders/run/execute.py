@@ -70,6 +70,10 @@ class SurvivingExecute(Execute):
             from graders.isolation.sandbox import SandboxKernelManager
 
             self.kernel_manager_class = SandboxKernelManager
+        else:  # no port another process can take before the kernel binds it
+            from graders.run.local_kernel import LocalKernelManager
+
+            self.kernel_manager_class = LocalKernelManager
         return super().create_kernel_manager()
 
     def preprocess(self, nb, resources=None, km=None):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from checkhelp import as_learner, run_quietly, slug_of
+from fixtures import kernels
 
 from course_utils.checks import ring_attention as checks
 from course_utils.checks.engine.failures import CheckFailure
@@ -779,8 +780,6 @@ def ring_attention_rank(q, k, v, causal, softmax_scale, comm, local_attn):
 def test_grading_names_course_calls_and_channels_inside_ranks(tmp_path):
     import os
 
-    from jupyter_client.manager import start_new_kernel
-
     from graders.isolation import student_build
     from graders.isolation.remote import KernelChannel, run_test_cell
 
@@ -788,7 +787,7 @@ def test_grading_names_course_calls_and_channels_inside_ranks(tmp_path):
     stripped.mkdir()
     student_build.build(stripped)
     env = {**os.environ, "PYTHONPATH": str(stripped)}
-    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
+    km, kc = kernels.start_kernel(env=env, cwd=str(tmp_path))
 
     def execute(code: str) -> None:
         reply = kc.execute_interactive(code, timeout=60, output_hook=lambda m: None)

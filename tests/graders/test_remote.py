@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fixtures import kernels
 
 from course_utils.checks.engine import wire as _wire
 from course_utils.harness.key_parts import key_parts
@@ -176,10 +177,8 @@ def test_every_module_of_the_package_imports_stripped(stripped):
 
 def _start_kernel(stripped, tmp_path, timeout: float = 60):
     """A kernel whose course_utils is the stripped package; (km, kc, execute, channel)."""
-    from jupyter_client.manager import start_new_kernel
-
     env = {**os.environ, "PYTHONPATH": str(stripped)}
-    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
+    km, kc = kernels.start_kernel(env=env, cwd=str(tmp_path))
 
     def execute(code: str) -> None:
         reply = kc.execute_interactive(code, timeout=60, output_hook=lambda m: None)

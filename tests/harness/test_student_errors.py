@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from fixtures import kernels
 
 from graders.run import pipeline
 
@@ -26,7 +26,7 @@ CELLS = [
 def _errors(cells):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in cells]
-    NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=60).execute()
+    kernels.notebook_client(nb, allow_errors=True, timeout=60).execute()
     return [next((o for o in c.outputs if o.output_type == "error"), None) for c in nb.cells]
 
 
@@ -99,10 +99,8 @@ def _run_student(assignment, replace=None):
             c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id
         )
         cell.source = source
-    NotebookClient(
-        nb, kernel_name="python3", allow_errors=True, timeout=120,
-        resources={"metadata": {"path": str(path.parent)}},
-    ).execute()  # fmt: skip
+    path_meta = {"metadata": {"path": str(path.parent)}}
+    kernels.notebook_client(nb, allow_errors=True, timeout=120, resources=path_meta).execute()
     return nb
 
 

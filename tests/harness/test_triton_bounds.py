@@ -18,7 +18,7 @@ import re
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from fixtures import kernels
 
 from graders.run import pipeline
 
@@ -86,9 +86,8 @@ def _run(cells: list[str]) -> list:
     text. A kernel that dies raises (DeadKernelError), failing the test."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in [*cells, ALIVE]]
-    client = NotebookClient(
+    client = kernels.notebook_client(
         nb,
-        kernel_name="python3",
         allow_errors=True,
         timeout=600,
         resources={"metadata": {"path": str(pipeline.REPO)}},

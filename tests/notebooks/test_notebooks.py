@@ -18,8 +18,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from fixtures import ran
-from nbclient import NotebookClient
+from fixtures import kernels, ran
 from nbclient.exceptions import CellExecutionError
 
 from graders.authoring import authoring
@@ -41,10 +40,9 @@ def _limit(path: Path) -> int:
 
 def _execute(path: Path, allow_errors: bool = False):
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
+    client = kernels.notebook_client(
         nb,
         timeout=_limit(path),
-        kernel_name="python3",
         allow_errors=allow_errors,
         resources={"metadata": {"path": str(path.parent)}},
     )
@@ -107,10 +105,9 @@ def test_solution_runs_top_to_bottom_quietly(assignment):
 def test_student_notebook_stops_at_first_exercise(assignment):
     path = _path("notebooks", assignment)
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
+    client = kernels.notebook_client(
         nb,
         timeout=_limit(path),
-        kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
     )
     with pytest.raises(CellExecutionError) as info:

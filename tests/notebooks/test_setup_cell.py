@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from fixtures import kernels
 
 from graders.authoring import authoring
 
@@ -22,7 +22,7 @@ def test_failed_install_is_one_line_that_names_the_url_and_the_fix(tmp_path):
         ),
         nbformat.v4.new_code_cell(source),
     ]
-    NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=120).execute()
+    kernels.notebook_client(nb, allow_errors=True, timeout=120).execute()
     outputs = nb.cells[1].outputs
     errors = [o for o in outputs if o.output_type == "error"]
     assert len(errors) == 1 and errors[0].ename == "CourseSetupError", outputs
@@ -35,5 +35,5 @@ def test_failed_install_is_one_line_that_names_the_url_and_the_fix(tmp_path):
 def test_setup_cell_does_nothing_when_the_package_is_there():
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(authoring.SETUP_SOURCE)]
-    NotebookClient(nb, kernel_name="python3", timeout=60).execute()
+    kernels.notebook_client(nb, timeout=60).execute()
     assert nb.cells[0].outputs == []

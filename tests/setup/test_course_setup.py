@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from fixtures import kernels
 
 from graders.authoring import authoring
 from graders.run import pipeline
@@ -403,7 +403,7 @@ def test_the_setup_cell_names_the_one_command_where_torch_or_triton_is_missing()
         nbformat.v4.new_code_cell("del sys.modules['triton']"),
         nbformat.v4.new_code_cell(source),
     ]
-    NotebookClient(nb, kernel_name="python3", allow_errors=True, timeout=120).execute()
+    kernels.notebook_client(nb, allow_errors=True, timeout=120).execute()
     lines = []
     for cell in nb.cells[1:7:2]:
         (error,) = [o for o in cell.outputs if o.output_type == "error"]
