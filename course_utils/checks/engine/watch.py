@@ -96,7 +96,11 @@ _LIBRARY_DIRS = tuple(
 )
 
 
-_KINDS: dict = {}  # code object -> _frame_kind's answer (read first by the watch's hook)
+# id(code object) -> _frame_kind's answer, read first by the watch's hook. Keyed by id: a code
+# object's own hash is computed afresh at each lookup (from its name, bytecode and constants).
+# _SEEN keeps each code object alive, so that its id is never another's while it is a key.
+_KINDS: dict[int, str] = {}
+_SEEN: list = []
 
 
 def _frame_kind(frame) -> str:
@@ -106,7 +110,7 @@ def _frame_kind(frame) -> str:
     tl.dot) is infrastructure: its module names the hooks in `INSTRUMENTS`.
     """
     code = frame.f_code
-    kind = _KINDS.get(code)
+    kind = _KINDS.get(id(code))
     if kind is None:
         module = frame.f_globals.get("__name__", "") or ""
         filename = code.co_filename
@@ -120,7 +124,8 @@ def _frame_kind(frame) -> str:
             kind = "library"
         else:
             kind = "learner"
-        _KINDS[code] = kind
+        _SEEN.append(code)
+        _KINDS[id(code)] = kind
     return kind
 
 
@@ -160,23 +165,34 @@ class _ReferenceCallWatch:
         self.allow = set(allow)
         self.off = off
         self.top = None  # the frame that calls the learner's function
+        self.hook = self._hook()  # what sys.setprofile is given
+
+    def _hook(self):
+        """The profile function. It runs at every call, return and C call of the learner's code
+        and all it runs (in Triton's interpreter a sixth of a check's time went into it), so the
+        common case is kept short: a closure (its call costs about a third less than an
+        instance's __call__), _frame_kind's cache read inline by the code object's id, the
+        function's name looked at only for course code."""
+        if self.off:
+            return lambda frame, event, arg: None
+        watch, allow, kinds = self, self.allow, _KINDS
+
+        def hook(frame, event, arg):
+            if event != "call" or watch.called is not None:
+                return
+            code = frame.f_code
+            if (kinds.get(id(code)) or _frame_kind(frame)) != "course":
+                return
+            name = code.co_name
+            if name in allow or name == "<module>":  # importing a module is not calling it
+                return
+            if _caller_kind(frame, watch.top) == "learner":
+                watch.called = f"{frame.f_globals.get('__name__')}.{name}"
+
+        return hook
 
     def __call__(self, frame, event, arg):
-        # called for every call and return of the learner's code and all it runs (Triton's
-        # interpreter: a fifth of a check's time went here), so the common case is kept short:
-        # _frame_kind's cache read inline, the function's name only for course code
-        if event != "call" or self.off or self.called is not None:
-            return
-        kind = _KINDS.get(frame.f_code) or _frame_kind(frame)
-        if kind != "course":
-            return
-        name = frame.f_code.co_name
-        if name in self.allow:
-            return
-        if name == "<module>":  # importing a course module is not calling it
-            return
-        if _caller_kind(frame, self.top) == "learner":
-            self.called = f"{frame.f_globals.get('__name__')}.{name}"
+        self.hook(frame, event, arg)
 
 
 @dataclass
@@ -425,11 +441,11 @@ def instrumented_call(
                 tracemalloc.reset_peak()
                 base = tracemalloc.get_traced_memory()[0]
             watch.top = sys._getframe()
-            sys.setprofile(watch)
+            sys.setprofile(watch.hook)
             try:
                 result = fn(*call_args, **call_kwargs)
             finally:
-                switched_off = sys.getprofile() is not watch
+                switched_off = sys.getprofile() is not watch.hook
                 sys.setprofile(previous)
                 if memory:
                     report.peak = max(0, tracemalloc.get_traced_memory()[1] - base)
