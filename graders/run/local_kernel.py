@@ -61,19 +61,3 @@ class LocalKernelManager(_UnixSockets, AsyncKernelManager):
 class BlockingLocalKernelManager(_UnixSockets, KernelManager):
     """KernelManager on Unix sockets (see the module doc): its blocking methods (start_kernel,
     shutdown_kernel) run the async ones above."""
-
-
-def start_kernel(timeout: float = 60, **kw):
-    """jupyter_client's start_new_kernel on Unix sockets: (manager, client), the client's
-    channels started and the kernel ready. kw go to start_kernel (env, cwd, ...)."""
-    km = BlockingLocalKernelManager(kernel_name="python3")
-    km.start_kernel(**kw)
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=timeout)
-    except RuntimeError:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-        raise
-    return km, kc
