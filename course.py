@@ -249,9 +249,16 @@ def bytecode_reason(extras: set[str]) -> str | None:
     return None
 
 
+# The installed packages' own test suites (a `tests` or `test` folder under site-packages): no
+# process of the course imports them, and they are a quarter of .venv's bytecode (68 of 287 MB
+# with the test layer, 2026-12-07), so set-up does not compile them
+PACKAGE_TESTS = r"site-packages[\\/](?:.+[\\/])?tests?[\\/]"
+
+
 def compile_command(py: Path, paths: list[Path]) -> list:
-    """compileall over paths, on every core, quietly (it skips what is up to date)."""
-    return [py, "-m", "compileall", "-qq", "-j", "0", *map(str, paths)]
+    """compileall over paths, on every core, quietly (it skips what is up to date), but for the
+    installed packages' own test suites (PACKAGE_TESTS)."""
+    return [py, "-m", "compileall", "-qq", "-j", "0", "-x", PACKAGE_TESTS, *map(str, paths)]
 
 
 def compile_venv(py: Path, why: str, n: int, total: int) -> None:

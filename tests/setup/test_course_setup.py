@@ -267,6 +267,29 @@ def test_compileall_writes_bytecode_even_where_imports_may_not(course, tmp_path)
     assert verbose.stdout.split()[-1] == "42"
 
 
+def test_compileall_leaves_the_installed_packages_test_suites(course, tmp_path):
+    """Set-up compiles what the course imports and not the packages' own test suites (a quarter
+    of .venv's bytecode): a `tests` or `test` folder under site-packages is skipped, at any
+    depth, and nothing else is (a `testing` module, a folder whose name ends in test)."""
+    site = tmp_path / "lib" / "site-packages"
+    sources = {
+        "pkg/__init__.py": True,
+        "pkg/testing/__init__.py": True,
+        "pkg/latest/__init__.py": True,
+        "pkg/tests/test_pkg.py": False,
+        "pkg/sub/test/__init__.py": False,
+        "tests/conftest.py": False,
+    }
+    for rel in sources:
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text("X = 1\n")
+    subprocess.run(course.compile_command(Path(sys.executable), [tmp_path / "lib"]), check=True)
+    for rel, compiled in sources.items():
+        path = site / rel
+        pyc = list((path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"))
+        assert bool(pyc) is compiled, (rel, pyc)
+
+
 def test_a_prepared_environment_is_used_as_it_is(course, monkeypatch, tmp_path):
     monkeypatch.setattr(course, "PREPARED", True)
     monkeypatch.setattr(course, "VENV", tmp_path)
