@@ -21,7 +21,8 @@ reinstalled when pyproject.toml changes. The course package's layers are install
 where uv fails); torch with pip. Each step says what it installs, prints the installer's own lines
 as they come (and a line at least every 10 s while it is quiet), then its time and the size of
 .venv. Where Python writes no bytecode of its own (PYTHONDONTWRITEBYTECODE set, as on CI) and for
-the grader's layers (its sandbox mounts .venv read-only), set-up ends by compiling .venv once.
+the grader's layers (its sandbox mounts .venv read-only), set-up ends by compiling .venv once
+(all but the installed packages' own test suites).
 
 Torch: on a Linux machine without an NVIDIA driver, torch==2.13.0 is installed first from
 PyTorch's CPU wheel index (about 0.7 GB installed instead of several GB of CUDA libraries); where
