@@ -201,13 +201,17 @@ def _close_all(page, lab) -> None:
             pass
 
 
-def _kernels(lab) -> list[dict]:
-    """The lab's kernels as its server sees them: state, connections, last activity."""
+def _kernels(lab) -> list[dict] | str:
+    """The lab's kernels as its server sees them (state, connections, last activity), for a
+    note: an unanswered request is noted too, never a failure of the test."""
     request = urllib.request.Request(
         f"{lab.base}/api/kernels", headers={"Authorization": f"token {lab.token}"}
     )
-    with urllib.request.urlopen(request, timeout=30) as resp:
-        kernels = json.loads(resp.read())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            kernels = json.loads(resp.read())
+    except (OSError, ValueError) as exc:
+        return f"GET /api/kernels failed: {exc}"
     keep = ("execution_state", "connections", "last_activity")
     return [{k: kernel.get(k) for k in keep} for kernel in kernels]
 
