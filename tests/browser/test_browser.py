@@ -165,6 +165,23 @@ _OPEN = """async (path) => {
     await widget.context.ready;
 }"""
 
+# JupyterLab 4 (windowingMode "contentVisibility", its default) opens a notebook with its cells as
+# placeholders and builds them in requestIdleCallback batches (3 s timeout, 50 ms of work each);
+# on a loaded machine a figure far down a reopened notebook waited 9 to 38 s for its batch, with
+# the kernel idle and its widgets restored. The lab's own search in outputs builds the cells it
+# needs with Notebook.renderCellOutputs; the same for the cells that show a widget.
+_RENDER_FIGURE_CELLS = """() => {
+    const notebook = window.jupyterapp.shell.currentWidget.content;
+    const view = 'application/vnd.jupyter.widget-view+json';
+    let built = 0;
+    notebook.widgets.forEach((cell, i) => {
+        const outputs = cell.model.type === 'code' ? cell.model.toJSON().outputs || [] : [];
+        const widget = outputs.some(o => o.data && o.data[view]);
+        if (widget && cell.isPlaceholder()) { notebook.renderCellOutputs(i); built += 1; }
+    });
+    return built;
+}"""
+
 _CLOSE_ALL = """() => {
     for (const widget of Array.from(window.jupyterapp.shell.widgets('main'))) {
         if (widget.context) { widget.context.model.dirty = false; }  // saved, or a copy
@@ -261,6 +278,13 @@ def _shown_models(nb: dict) -> list[str]:
         for out in cell.get("outputs", [])
         if WIDGET_VIEW in out.get("data", {})
     ]
+
+
+def _build_figure_cells(page, phases: Phases, when: str) -> None:
+    """Build the open notebook's cells that show a widget and are still placeholders (see
+    _RENDER_FIGURE_CELLS), and note how many there were."""
+    if built := page.evaluate(_RENDER_FIGURE_CELLS):
+        phases.notes.append(f"{when}: {built} figure cells built from placeholders")
 
 
 def _figures_after_run(page, assignment: str) -> list:
@@ -428,6 +452,7 @@ def _run_use_save_and_reopen(lab, page, assignment: str, phases: Phases) -> None
     run_all_seconds = time.perf_counter() - start
     phases.done("run all")
     assert _problems(page) == [], f"{assignment} after Run All: {_problems(page)}"
+    _build_figure_cells(page, phases, "after Run All")
     figures = _figures_after_run(page, assignment)
     phases.done("figures shown")
     for k, fig in enumerate(figures):
@@ -478,6 +503,7 @@ def _run_use_save_and_reopen(lab, page, assignment: str, phases: Phases) -> None
     opened_at = time.perf_counter()
     _open(page, lab, copy)
     phases.done("reopen")
+    _build_figure_cells(page, phases, "reopened")
     waiting_since = time.perf_counter()
     shown = page.locator(".course-live-figure img.course-picture")
     if not _wait_for_pictures(page, shown, len(figures), 90):
@@ -488,11 +514,12 @@ def _run_use_save_and_reopen(lab, page, assignment: str, phases: Phases) -> None
         phases.notes.append(f"reloaded: {_problems(page)}")
         phases.done("pictures")
         _open(page, lab, copy, reload=True)
+        _build_figure_cells(page, phases, "reloaded")
         _wait_for_pictures(page, shown, len(figures), 90)
     phases.done("pictures")
     if time.perf_counter() - waiting_since > SLOW_PICTURES_S:
-        # seen in suite runs only (9 to 38 s, docs/journal.md): what the page said from the
-        # reopening on, in seconds from the start of the wait
+        # before _RENDER_FIGURE_CELLS: 9 to 38 s in suite runs (docs/journal.md); if a wait comes
+        # back, what the page said from the reopening on, in seconds from the start of the wait
         said = [
             f"{t - waiting_since:+.1f} s {kind}: {text}"
             for t, kind, text in CONSOLE
