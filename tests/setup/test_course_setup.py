@@ -290,6 +290,57 @@ def test_compileall_leaves_the_installed_packages_test_suites(course, tmp_path):
         assert bool(pyc) is compiled, (rel, pyc)
 
 
+def test_setup_takes_jsonschemas_iri_checker_out(course, fake_setup, capsys, monkeypatch):
+    """jsonschema[format-nongpl] brings rfc3987-syntax (1 s of Lark grammars at every import of
+    jsonschema): the install step is followed by its uninstall, before the compile step; a later
+    start takes it out again where it came back (a student's own pip install), and does nothing
+    where it is not there."""
+    commands = fake_setup
+    site = course.VENV / "lib" / "python3.11" / "site-packages"
+    checker = site / course.IRI_CHECKER[1]
+    install = course.stream
+
+    def stream(cmd, heartbeat_s=course.HEARTBEAT_S):
+        cmd = [str(c) for c in cmd]
+        if cmd[-2:] == ["-e", ".[course,dev,hub]"]:
+            checker.mkdir(parents=True)  # as jupyter-events' requirement brings it
+        if "uninstall" in cmd:
+            checker.rmdir()
+        return install(cmd, heartbeat_s)
+
+    monkeypatch.setattr(course, "stream", stream)
+    course.ensure_env(course.NEEDS["test"])
+    names = [" ".join(c[2:4]) for c in commands]
+    i = names.index("pip uninstall")
+    assert commands[i][-1] == course.IRI_CHECKER[0] and "--yes" in commands[i]
+    assert commands[i - 1][-2:] == ["-e", ".[course,dev,hub]"] and "compileall" in commands[i + 1]
+    assert not checker.exists()
+    assert f"uninstalling {course.IRI_CHECKER[0]}: jsonschema's IRI checker" in (
+        capsys.readouterr().out
+    )
+    n = len(commands)
+    course.ensure_env(course.NEEDS["test"])  # set up, nothing to take out: nothing runs
+    assert len(commands) == n
+    checker.mkdir()
+    course.ensure_env(course.NEEDS["test"])
+    assert len(commands) == n + 1 and "uninstall" in commands[-1] and not checker.exists()
+
+
+@pytest.mark.skipif(
+    Path(sys.prefix).resolve() != (ROOT / ".venv").resolve(),
+    reason="the suite runs outside course.py's .venv",
+)
+def test_jsonschema_in_the_course_environment_builds_no_iri_grammar():
+    """What the step above is for: in the .venv that course.py set up, importing nbformat (so
+    jsonschema) loads neither rfc3987_syntax nor Lark."""
+    probe = (
+        "import sys, nbformat\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lark', 'rfc3987_syntax')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def test_a_prepared_environment_is_used_as_it_is(course, monkeypatch, tmp_path):
     monkeypatch.setattr(course, "PREPARED", True)
     monkeypatch.setattr(course, "VENV", tmp_path)
