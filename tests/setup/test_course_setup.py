@@ -324,6 +324,11 @@ def test_setup_takes_jsonschemas_iri_checker_out(course, fake_setup, capsys, mon
     checker.mkdir()
     course.ensure_env(course.NEEDS["test"])
     assert len(commands) == n + 1 and "uninstall" in commands[-1] and not checker.exists()
+    checker.mkdir()  # a .venv this user cannot write: left as it is, every start quiet
+    monkeypatch.setattr(course.os, "access", lambda path, mode: False)
+    capsys.readouterr()
+    course.ensure_env(course.NEEDS["test"])
+    assert len(commands) == n + 1 and checker.exists() and capsys.readouterr().out == ""
 
 
 @pytest.mark.skipif(
