@@ -478,7 +478,7 @@ def _run_use_save_and_reopen(lab, page, assignment: str, phases: Phases) -> None
             saved = json.loads(text)
         except json.JSONDecodeError:
             saved = {}
-        widgets = not figures or saved["metadata"].get("widgets")
+        widgets = not figures or saved.get("metadata", {}).get("widgets")
         if _saved_after_run(saved) and widgets and not _missing_models(saved):
             break
         time.sleep(0.5)
