@@ -69,7 +69,32 @@ def run_worker(job: dict, wall_seconds: float) -> dict:
     The process is forked from a multiprocessing forkserver that imported what grading needs
     once (graders/run/preload.py): it starts with nbgrader and the checks loaded, instead of
     importing them for every submission, and has run nothing before (see preload's doc). It
-    gets this process's environment as it is now."""
+    gets this process's environment as it is now.
+
+    A grading process that ends without a result (it crashed: grade_one itself never fails for
+    a problem of the submission, whose code runs in a kernel of its own) is the tooling's
+    failure, not the student's: the notebook is graded once more, and the result names the first
+    failure; a second one is the result's `grader-error`. A process stopped at `wall_seconds` is
+    not run again (each cell has its own time limit, so only a stuck grader gets there, and it
+    would only get stuck again)."""
+    first = _attempt(job, wall_seconds)
+    if first["status"] != "grader-error" or first.get("timed_out"):
+        first.pop("timed_out", None)
+        return first
+    again = _attempt(job, wall_seconds)
+    again.pop("timed_out", None)
+    if again["status"] != "grader-error":
+        why = first["problems"][0].removeprefix("the grader itself failed: ")
+        again["problems"] = [
+            f"graded a second time: the grader's first try failed ({why.splitlines()[-1]})",
+            *again.get("problems", []),
+        ]
+    return again
+
+
+def _attempt(job: dict, wall_seconds: float) -> dict:
+    """One grading process for `job`: its result, or a grader-error naming why there is none
+    ("timed_out" set where it was stopped at `wall_seconds`)."""
     base = {
         "student": job["student"],
         "assignment": job["assignment"],
@@ -88,6 +113,7 @@ def run_worker(job: dict, wall_seconds: float) -> dict:
                 **base,
                 "status": "grader-error",
                 "problems": [f"grading took longer than {wall_seconds:.0f} s and was stopped"],
+                "timed_out": True,
             }
         path = result_path(Path(job["out"]), job["student"], job["assignment"])
         if code == 0 and path.exists():

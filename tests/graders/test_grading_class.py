@@ -159,7 +159,7 @@ EXPECTED = {  # student: (score of 01, 03, 05) with None for missing
 def test_every_student_has_a_row_over_the_whole_course(klass, student):
     row = klass["rows"][student]
     want = EXPECTED[student]
-    assert [float(row[a]) for a in COURSE] == [w or 0.0 for w in want]
+    assert [float(row[a]) for a in COURSE] == [w or 0.0 for w in want], row["problems"]
     assert float(row["total"]) == sum(w or 0.0 for w in want)
     assert float(row["max_total"]) == sum(_points(a) for a in COURSE) == 43
     statuses = set(row["status"].split(";"))
@@ -178,7 +178,7 @@ def _result(klass, student: str, a: str) -> dict:
 
 def test_a_scratch_notebook_is_skipped_not_graded(klass):
     res = _result(klass, "agarcia", A1)
-    assert res["status"] == "graded" and res["score"] == _points(A1)
+    assert res["status"] == "graded" and res["score"] == _points(A1), res["problems"]
     assert any(
         p.startswith(f"{A1}: {IGNORED_FILE} Untitled.ipynb")
         for p in klass_problems(klass, "agarcia")
@@ -191,19 +191,21 @@ def klass_problems(klass, student: str) -> list[str]:
 
 def test_an_unchanged_notebook_is_untouched_not_wrong(klass):
     res = _result(klass, "bchen", A1)
-    assert res["status"] == "untouched" and res["score"] == 0.0
+    assert res["status"] == "untouched" and res["score"] == 0.0, res["problems"]
     assert "untouched" in klass["rows"]["bchen"]["status"].split(";")
 
 
 def test_a_test_cell_turned_into_markdown_is_graded_as_released(klass):
     res = _result(klass, "bchen", A3)
-    assert res["status"] == "graded" and res["score"] == _points(A3)
+    assert res["status"] == "graded" and res["score"] == _points(A3), res["problems"]
     assert any("turned into markdown; restored" in p for p in res["problems"])
 
 
 def test_a_cell_that_claims_points_is_ignored_and_reported(klass):
     res = _result(klass, "cdiaz", A1)
-    assert res["status"] == "graded" and res["score"] == res["max_score"] == _points(A1)
+    assert res["status"] == "graded" and res["score"] == res["max_score"] == _points(A1), res[
+        "problems"
+    ]
     assert any(
         "my_bonus: not a cell of the release" in p and "100 points" in p for p in res["problems"]
     )

@@ -7,6 +7,7 @@ output is the summary of the run."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -296,6 +297,60 @@ def test_a_grading_process_that_fails_is_quoted_from_its_own_output(tmp_path):
         line = _failure_line(run_worker(_broken_job(tmp_path / str(attempt)), 120))
         assert line.startswith("the grader itself failed:"), line
         assert "FileNotFoundError" in line and "no-template" in line, line
+
+
+def _fake_processes(monkeypatch, outcomes: list[str]) -> list[str]:
+    """run_worker's grading processes replaced by `outcomes`, one per process it starts:
+    "crash" prints a traceback and exits 1, "hang" is stopped at the wall clock, "ok" writes
+    a result. Returns the list the calls are appended to."""
+    from graders.run import worker
+
+    calls = []
+
+    def fake(job, log, wall_seconds):
+        what = outcomes[len(calls)]
+        calls.append(what)
+        if what == "hang":
+            return None
+        if what == "crash":
+            Path(log).write_text("Traceback (most recent call last):\nOSError: [Errno 5] boom\n")
+            return 1
+        path = worker.result_path(Path(job["out"]), job["student"], job["assignment"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        res = {"student": job["student"], "assignment": job["assignment"], "status": "graded"}
+        path.write_text(json.dumps({**res, "score": 16.0, "problems": ["its own note"]}))
+        return 0
+
+    monkeypatch.setattr(worker, "_run_graded_process", fake)
+    return calls
+
+
+def test_a_grading_process_that_crashes_once_is_run_again(tmp_path, monkeypatch):
+    """A crash of the grading process is the tooling's, not the student's (CI, 2026-12-07: one
+    honest notebook of a class came back a grader-error): the notebook is graded again and keeps
+    its score; the result names the first failure."""
+    from graders.run.worker import run_worker
+
+    calls = _fake_processes(monkeypatch, ["crash", "ok"])
+    res = run_worker(_broken_job(tmp_path), 120)
+    assert calls == ["crash", "ok"]
+    assert res["status"] == "graded" and res["score"] == 16.0, res
+    assert res["problems"] == [
+        "graded a second time: the grader's first try failed (OSError: [Errno 5] boom)",
+        "its own note",
+    ]
+
+
+def test_a_second_crash_or_a_stopped_process_is_a_grader_error(tmp_path, monkeypatch):
+    from graders.run.worker import run_worker
+
+    calls = _fake_processes(monkeypatch, ["crash", "crash"])
+    line = _failure_line(run_worker(_broken_job(tmp_path / "a"), 120))
+    assert calls == ["crash", "crash"] and line.endswith("OSError: [Errno 5] boom"), line
+    calls = _fake_processes(monkeypatch, ["hang", "ok"])  # a stuck grader would stick again
+    res = run_worker(_broken_job(tmp_path / "b"), 120)
+    assert calls == ["hang"] and "timed_out" not in res, res
+    assert _failure_line(res) == "grading took longer than 120 s and was stopped"
 
 
 def _from_a_daemon(job: dict, queue) -> None:
