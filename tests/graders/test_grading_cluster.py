@@ -46,18 +46,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _class(root: Path) -> Path:
+def _class(root: Path, students: int = STUDENTS) -> Path:
     kinds = bank.core(ASSIGNMENT)  # full, untouched, partial, a named mistake
-    for i in range(STUDENTS):
+    for i in range(students):
         e = kinds[i % len(kinds)]
         bank.write([bank.Entry(f"s{i}", e.notebook, e.failing, save=e.save)], root, ASSIGNMENT)
     return root / "submitted"
 
 
-def _expected() -> dict[str, tuple[str, float]]:
+def _expected(students: int = STUDENTS) -> dict[str, tuple[str, float]]:
     """Each student's status and score in grades.csv: what their answer earns."""
     kinds = bank.core(ASSIGNMENT)
-    picked = {f"s{i}": kinds[i % len(kinds)] for i in range(STUDENTS)}
+    picked = {f"s{i}": kinds[i % len(kinds)] for i in range(students)}
     return {s: (e.status, bank.expected_score(ASSIGNMENT, e)) for s, e in picked.items()}
 
 
@@ -195,7 +195,9 @@ def test_a_temp_folder_too_long_for_sockets_still_grades(tmp_path):
     long_tmp.mkdir(parents=True)
     assert not leaves_room(long_tmp, MP_SOCKET_TAIL)  # no room for either kind of socket
     assert not leaves_room(long_tmp, sandbox.SCRATCH_TAIL)
-    submitted = _class(tmp_path / "class")
+    # two students: the run's two grading processes, each with its sandbox's sockets, at once
+    # (the four of the cluster's class graded the same way, 7 core-s more, 2026-12-07)
+    submitted = _class(tmp_path / "class", students=2)
     out = tmp_path / "graded"
     cmd = [sys.executable, "-m", "graders", "grade", str(submitted), "--out", str(out),
            "--timeout", "30", *([] if _sandbox() else ["--unsafe-no-sandbox"])]  # fmt: skip
@@ -204,7 +206,7 @@ def test_a_temp_folder_too_long_for_sockets_still_grades(tmp_path):
         env={**os.environ, "TMPDIR": str(long_tmp)},
     )  # fmt: skip
     assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-3000:]
-    assert _scores(out) == _expected(), got.stdout[-3000:]
+    assert _scores(out) == _expected(students=2), got.stdout[-3000:]
 
 
 def test_no_scheduler_at_that_address_is_one_clear_line(tmp_path):
