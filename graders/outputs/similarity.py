@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import functools
 import io
-import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from itertools import combinations
@@ -116,66 +115,10 @@ def _fingerprint(code: str, boilerplate=None):
 @functools.lru_cache(maxsize=512)
 def _reference_fingerprint(text: str):
     """A reference's fingerprint, made once per run however many assignments are compared with
-    it (the course_utils files are the same for every assignment). Its tokenized text is kept
-    between runs (_filtered_reference): Pygments' tokenizing of the course's reference code, about
-    130 KB of Python, took 0.85 s of every grading run, one notebook or many (2026-12-07). The
-    hashes are made from it each run: copydetect hashes with Python's hash(), which differs
-    from one process to the next. It is made without the assignment's boilerplate: that changes
-    nothing in a student's share, which counts the student's own hashes, from which the
-    boilerplate is already gone."""
-    from copydetect import CodeFingerprint
-    from copydetect.defaults import GUARANTEE_THRESHOLD, NOISE_THRESHOLD
-
-    return CodeFingerprint(
-        "reference.py",
-        k=NOISE_THRESHOLD,
-        win_size=max(1, GUARANTEE_THRESHOLD - NOISE_THRESHOLD + 1),
-        filter=False,  # tokenized already
-        fp=io.StringIO(_filtered_reference(text)),
-        language="python",
-    )
-
-
-REFERENCE_CACHE = "reference-tokens"  # a folder of the grading templates' cache
-REFERENCE_CACHE_DAYS = 30  # a kept text unused this long is removed
-
-
-def _filtered_reference(text: str) -> str:
-    """copydetect's tokenized form of `text` (names as V, F, O, strings as S, no comments or
-    layout), read from REFERENCE_CACHE where a run kept it, else made and kept there: named by
-    the text and copydetect's version. A cache that cannot be written costs only the time."""
-    import hashlib
-    import tempfile
-    import time
-    from importlib.metadata import version
-
-    from copydetect.utils import filter_code
-
-    from graders.run.template import template_cache
-
-    key = f"{version('copydetect')}\n{text}".encode()
-    folder = template_cache() / REFERENCE_CACHE
-    path = folder / f"{hashlib.sha256(key).hexdigest()[:32]}.txt"
-    try:
-        filtered = path.read_text(encoding="utf-8")
-        os.utime(path)  # used: kept another REFERENCE_CACHE_DAYS
-        return filtered
-    except OSError:
-        pass
-    filtered, _ = filter_code(text, "reference.py", "python")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        old = time.time() - REFERENCE_CACHE_DAYS * 86400
-        for kept in folder.iterdir():
-            if kept.stat().st_mtime < old:
-                kept.unlink()
-        fd, tmp = tempfile.mkstemp(prefix=".writing-", suffix=".txt", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(filtered)
-        os.replace(tmp, path)  # whole: two runs at once each rename a whole file
-    except OSError:  # a read-only cache, or a kept file removed by another run meanwhile
-        pass
-    return filtered
+    it (the course_utils files are the same for every assignment). It is made without the
+    assignment's boilerplate: that changes nothing in a student's share, which counts the
+    student's own hashes, from which the boilerplate is already gone."""
+    return _fingerprint(text)
 
 
 def _shares(a, b) -> tuple[float, float]:

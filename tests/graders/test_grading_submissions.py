@@ -14,8 +14,6 @@ import html
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 import unicodedata
 from itertools import combinations
@@ -649,57 +647,6 @@ def test_a_reference_made_once_without_boilerplate_gives_the_same_shares():
     hits = similarity._reference_fingerprint.cache_info().hits
     similarity._reference_fingerprint(refs["solutions"])
     assert similarity._reference_fingerprint.cache_info().hits == hits + 1
-
-
-@pytest.mark.skipif(similarity.available() is not None, reason="copydetect not installed")
-def test_a_references_tokens_are_kept_between_runs(tmp_path, monkeypatch):
-    """A run tokenizes the course's reference code once; the next run (another process, with
-    its own string hashes: the per-run cache emptied and the hash seed changed here) reads the
-    tokens the first one kept, with the same shares; a kept file that was removed is made
-    again."""
-    import copydetect.utils
-
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    text = similarity.reference_sources(A)["solutions"]
-    code = similarity.answer_code(pipeline.solved_notebook(A))
-    student = similarity._fingerprint(code)
-    want = similarity._shares(student, similarity._fingerprint(text))
-    assert want[0] > 0.5  # the solution against itself
-    similarity._reference_fingerprint.cache_clear()
-    assert similarity._shares(student, similarity._reference_fingerprint(text)) == want
-    (kept,) = (tmp_path / "xdg" / "fa-course-grader" / similarity.REFERENCE_CACHE).iterdir()
-    similarity._reference_fingerprint.cache_clear()
-    tokenized, calls = copydetect.utils.filter_code, []
-
-    def counted(*args, **kwargs):
-        calls.append(args[1])
-        return tokenized(*args, **kwargs)
-
-    monkeypatch.setattr(copydetect.utils, "filter_code", counted)
-    again = similarity._reference_fingerprint(text)
-    assert calls == [] and similarity._shares(student, again) == want
-    program = (
-        "import json\n"
-        "import copydetect.utils\n"
-        "from graders.outputs import similarity as s\n"
-        "copydetect.utils.filter_code = None  # tokenizing the reference again would fail\n"
-        "from graders.run import pipeline\n"
-        f"a = {A!r}\n"
-        "ref = s._reference_fingerprint(s.reference_sources(a)['solutions'])\n"
-        "me = s._fingerprint(s.answer_code(pipeline.solved_notebook(a)))\n"
-        "print(json.dumps(s._shares(me, ref)))\n"
-    )
-    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"), PYTHONHASHSEED="12345")
-    got = subprocess.run(
-        [sys.executable, "-c", program], env=env, cwd=pipeline.REPO, capture_output=True, text=True
-    )
-    assert got.returncode == 0, got.stderr[-2000:]
-    assert tuple(json.loads(got.stdout)) == want  # another process, other hashes, the kept tokens
-    kept.unlink()
-    similarity._reference_fingerprint.cache_clear()
-    assert similarity._shares(student, similarity._reference_fingerprint(text)) == want
-    assert calls == ["reference.py"] and kept.is_file()
-    similarity._reference_fingerprint.cache_clear()
 
 
 def _course_functions(min_lines: int = 12) -> list[str]:
