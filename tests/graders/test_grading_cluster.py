@@ -200,7 +200,8 @@ def test_a_temp_folder_too_long_for_sockets_still_grades(tmp_path):
     submitted = _class(tmp_path / "class", students=2)
     out = tmp_path / "graded"
     cmd = [sys.executable, "-m", "graders", "grade", str(submitted), "--out", str(out),
-           "--timeout", "30", *([] if _sandbox() else ["--unsafe-no-sandbox"])]  # fmt: skip
+           "--jobs", "2", "--timeout", "30",
+           *([] if _sandbox() else ["--unsafe-no-sandbox"])]  # fmt: skip
     got = subprocess.run(
         cmd, cwd=pipeline.REPO, capture_output=True, text=True, timeout=900,
         env={**os.environ, "TMPDIR": str(long_tmp)},
