@@ -507,21 +507,31 @@ def test_a_dead_grader_takes_the_whole_sandbox_with_it(tmp_path):
         time.sleep(600)
         """
     )
+    # a temp folder of its own: a sandbox made meanwhile by the suite's other worker sweeps the
+    # shared one, and once removed this scratch before the test looked (CI-like run, 2026-12-07)
+    private = Path(tempfile.mkdtemp(prefix="fa-t-", dir="/tmp"))
     proc = subprocess.Popen(
-        [sys.executable, "-c", script], cwd=pipeline.REPO, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", script],
+        cwd=pipeline.REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TMPDIR": str(private)},
     )
     try:
         scratch = Path(proc.stdout.readline().strip())
         assert proc.stdout.readline().strip() == "spawned"
         assert _wait_until(lambda: len(_procs_with(token)) >= 2, 10)
+        proc.kill()
+        proc.wait()
+        assert _wait_until(lambda: not _procs_with(token), 10), _procs_with(token)
+        # a killed grader cannot clean up: the next sandbox removes what it left on the host
+        assert scratch.parent == private and scratch.is_dir()
+        assert scratch in host_scratch.sweep(sb.SCRATCH_PREFIX, scratch.parent)
+        assert not scratch.exists()
     finally:
         proc.kill()
         proc.wait()
-    assert _wait_until(lambda: not _procs_with(token), 10), _procs_with(token)
-    # a killed grader cannot clean up: the next sandbox removes what it left on the host
-    assert scratch.is_dir()
-    assert scratch in host_scratch.sweep(sb.SCRATCH_PREFIX, scratch.parent)
-    assert not scratch.exists()
+        shutil.rmtree(private, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- refusing without a sandbox
