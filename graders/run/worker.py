@@ -77,12 +77,10 @@ def run_worker(job: dict, wall_seconds: float) -> dict:
     failure; a second one is the result's `grader-error`. A process stopped at `wall_seconds` is
     not run again (each cell has its own time limit, so only a stuck grader gets there, and it
     would only get stuck again)."""
-    first = _attempt(job, wall_seconds)
-    if first["status"] != "grader-error" or first.get("timed_out"):
-        first.pop("timed_out", None)
+    first, crashed = _attempt(job, wall_seconds)
+    if not crashed:
         return first
-    again = _attempt(job, wall_seconds)
-    again.pop("timed_out", None)
+    again, _ = _attempt(job, wall_seconds)
     if again["status"] != "grader-error":
         why = first["problems"][0].removeprefix("the grader itself failed: ")
         again["problems"] = [
@@ -92,9 +90,9 @@ def run_worker(job: dict, wall_seconds: float) -> dict:
     return again
 
 
-def _attempt(job: dict, wall_seconds: float) -> dict:
-    """One grading process for `job`: its result, or a grader-error naming why there is none
-    ("timed_out" set where it was stopped at `wall_seconds`)."""
+def _attempt(job: dict, wall_seconds: float) -> tuple[dict, bool]:
+    """One grading process for `job`: its result, or a grader-error naming why there is none;
+    and whether it crashed (ended without a result, not stopped at `wall_seconds`)."""
     base = {
         "student": job["student"],
         "assignment": job["assignment"],
@@ -109,18 +107,15 @@ def _attempt(job: dict, wall_seconds: float) -> dict:
     try:
         code = _run_graded_process(job, log, wall_seconds)
         if code is None:
-            return {
-                **base,
-                "status": "grader-error",
-                "problems": [f"grading took longer than {wall_seconds:.0f} s and was stopped"],
-                "timed_out": True,
-            }
+            stopped = f"grading took longer than {wall_seconds:.0f} s and was stopped"
+            return {**base, "status": "grader-error", "problems": [stopped]}, False
         path = result_path(Path(job["out"]), job["student"], job["assignment"])
         if code == 0 and path.exists():
-            return json.loads(path.read_text())
+            return json.loads(path.read_text()), False
         printed = Path(log).read_text(errors="replace").strip()
         tail = "\n".join(printed.splitlines()[-3:]) or f"exit code {code}"
-        return {**base, "status": "grader-error", "problems": [f"the grader itself failed: {tail}"]}
+        failed = f"the grader itself failed: {tail}"
+        return {**base, "status": "grader-error", "problems": [failed]}, True
     finally:
         Path(log).unlink(missing_ok=True)
 

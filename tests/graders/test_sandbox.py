@@ -509,6 +509,7 @@ def test_a_dead_grader_takes_the_whole_sandbox_with_it(tmp_path):
     )
     # a temp folder of its own: a sandbox made meanwhile by the suite's other worker sweeps the
     # shared one, and once removed this scratch before the test looked (CI-like run, 2026-12-07)
+    # (in /tmp, not tmp_path: the sandbox's sockets need a short folder)
     private = Path(tempfile.mkdtemp(prefix="fa-t-", dir="/tmp"))
     proc = subprocess.Popen(
         [sys.executable, "-c", script],
