@@ -37,6 +37,20 @@ settings.register_profile("thorough", max_examples=1000, deadline=None, print_bl
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+def pytest_configure(config):
+    """Each pytest-xdist worker gets its share of the cores for torch's, OpenBLAS's and MKL's
+    threads, as each notebook graded at once does (graders/run/threads.py): set here, in the
+    controller, before it starts the workers, so that each worker and every process it starts
+    (a notebook's kernel, a Jupyter server's, a grading run's) reads it at its first import of
+    torch or numpy. Two workers on two cores, each with torch's two threads, spun."""
+    workers = getattr(config.option, "numprocesses", None)
+    if hasattr(config, "workerinput") or not isinstance(workers, int) or workers < 2:
+        return
+    from graders.run.threads import share_environment, thread_share
+
+    share_environment(thread_share(workers))
+
+
 @contextlib.contextmanager
 def _resource_warnings_ignored():
     with warnings.catch_warnings():

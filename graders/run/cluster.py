@@ -20,6 +20,11 @@ Where the work runs:
                          and the same release (solutions/ and notebooks/) as the client; a worker
                          whose release differs refuses the task and says so
 
+Each notebook's grading process and kernel get their share of the cores for torch's, OpenBLAS's and
+MKL's threads (graders/run/threads.py): this machine's cores over `workers` for a local
+cluster, a node's cores over the threads of its workers on a cluster (in a container with a CPU
+limit below its node's cores, set OMP_NUM_THREADS for the workers instead).
+
 Nothing lost: a worker that dies mid-task (killed, out of memory) has its task run again on
 another worker by the scheduler; a task whose worker dies a second time (the scheduler's
 `distributed.scheduler.allowed-failures`, set to 1 for the LocalCluster; set
@@ -42,6 +47,7 @@ from pathlib import Path
 from graders.isolation import scratch as host_scratch
 from graders.run import pipeline
 from graders.run.template import cached_template, release_hash
+from graders.run.threads import thread_share
 
 ALLOWED_FAILURES = 1  # a task may lose its worker once; the second loss is reported
 
@@ -93,6 +99,7 @@ def grade_task(job: dict) -> dict:
         local = {k: v for k, v in job.items() if k not in ("notebook", "release", "assignments")}
         local.update(path=str(path), out=str(stage / "out"), template=str(template))
         local["hidden"] = [*job.get("hidden", []), str(stage)]
+        local["threads"] = job.get("threads") or _share_of_this_worker()
         result = run_worker(local, job["wall"])
         result["source"] = job["source"]
         feedback = None
@@ -106,6 +113,31 @@ def grade_task(job: dict) -> dict:
         return {"result": result, "feedback": feedback}
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+_node_share: dict[str, int] = {}  # per worker (its address): its share, asked once
+_node_lock = threading.Lock()
+
+
+def _share_of_this_worker() -> int:
+    """On a cluster's worker: this node's cores over the notebooks its workers grade at once (the
+    threads of every worker on this host, as the scheduler lists them: a SLURM job of 16
+    single-thread worker processes grades 16 at once). One notebook at a time outside a worker."""
+    from distributed import get_worker
+
+    try:
+        me = get_worker()
+    except ValueError:  # called outside a worker
+        return thread_share(1)
+    with _node_lock:
+        if me.address not in _node_share:
+            try:
+                workers = me.client.scheduler_info(n_workers=-1)["workers"].values()
+                here = sum(w["nthreads"] for w in workers if w["host"] == me.ip)
+            except Exception:  # noqa: BLE001 - an older scheduler: this worker's threads alone
+                here = 0
+            _node_share[me.address] = thread_share(max(here, me.state.nthreads))
+        return _node_share[me.address]
 
 
 # ---------------------------------------------------------------- on the client
@@ -210,6 +242,8 @@ def run(
         from graders.run.worker import start_server  # overlap dask's and the cluster's start
 
         start_server(jobs[0].get("preload", ()))
+        for job in jobs:  # `workers` notebooks at once on this machine's cores
+            job.setdefault("threads", thread_share(workers))
     from distributed import Client, as_completed
     from tqdm.auto import tqdm
 

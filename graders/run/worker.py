@@ -1,14 +1,17 @@
 """Grade one submission in a scratch course directory, in a process of its own.
 
     python -m graders.run.worker '{"student": ..., "assignment": ..., "path": ..., "template": ...,
-                               "out": ..., "timeout": ..., "memory_gb": ..., "sandbox": true}'
+                               "out": ..., "timeout": ..., "memory_gb": ..., "sandbox": true,
+                               "threads": ...}'
 
 Each submission gets its own copy of the course directory and gradebook, so a submission that
 crashes, hangs or fills memory cannot touch another one. With "sandbox" (the default) the
 notebook's kernel runs in graders.isolation.sandbox's bubblewrap sandbox; this process, which runs
-nbgrader and writes the gradebook, stays outside it. The result is written as JSON to
-<out>/results/<student>/<assignment>.json and printed; the autograded notebook is kept as
-<out>/autograded/<student>/<assignment>.ipynb (result["autograded"]).
+nbgrader and writes the gradebook, stays outside it. "threads" holds it and its kernel to that many
+threads of torch, OpenBLAS and MKL (graders/run/threads.py: the machine's cores over the notebooks
+graded on it at once). The result is written as JSON to <out>/results/<student>/<assignment>.json
+and printed; the autograded notebook is kept as <out>/autograded/<student>/<assignment>.ipynb
+(result["autograded"]).
 
     result = run_worker(job, wall_seconds)   grade_one in a process of its own, forked from
                                             a server that imported nbgrader and the checks
@@ -34,6 +37,7 @@ from pathlib import Path
 
 from graders.isolation import scratch as host_scratch
 from graders.run import pipeline
+from graders.run.threads import share_cores
 
 if __name__ == "__main__":  # the grading process: before .submissions imports nbformat (below)
     pipeline.skip_iri_grammar()
@@ -433,6 +437,7 @@ def die_with_parent() -> None:
 def _main(job: dict) -> None:
     die_with_parent()
     cap_memory(job.get("memory_gb"))
+    share_cores(job.get("threads"))
     print(json.dumps(grade_one(job)), flush=True)
 
 
