@@ -8,6 +8,8 @@
     python -m benchmarks.grading --notebooks 01-07 ...   # any of the above, on some notebooks only
     python -m benchmarks.grading --versus-nbgrader 2 --students 4 --notebooks 1,3,5
                           # plain `nbgrader autograde` and `python -m graders grade`, side by side
+    python -m benchmarks.grading --compare-threads 2 --notebooks 06-11
+                          # each notebook's share of the cores for its threads, and all of them
 
 Builds a synthetic class from the bank of tests/fixtures/bank.py (each student gets, for every
 notebook, one of: full solution, untouched release, partial answer, or a named mistake, in turn;
@@ -289,14 +291,68 @@ def _nbgrader(root: Path, *args: str) -> float:
     return time.perf_counter() - t0
 
 
-def _graders(submitted: Path, out: Path, jobs: int) -> tuple[float, str]:
+def _graders(submitted: Path, out: Path, jobs: int, env: dict | None = None) -> tuple[float, str]:
     """Run `python -m graders grade` (sandbox on) as a caller does; wall seconds and its output."""
     cmd = [sys.executable, "-m", "graders", "grade", str(submitted), "--out", str(out)]
     t0 = time.perf_counter()
     got = subprocess.run(
-        [*cmd, "--jobs", str(jobs)], cwd=pipeline.REPO, check=True, capture_output=True, text=True
-    )
+        [*cmd, "--jobs", str(jobs)],
+        cwd=pipeline.REPO, env=env, check=True, capture_output=True, text=True,
+    )  # fmt: skip
     return time.perf_counter() - t0, got.stdout
+
+
+def _machine_busy() -> float | None:
+    """Seconds of CPU the whole machine has spent busy since boot (/proc/stat), None elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(x) for x in f.readline().split()[1:9]]
+    except OSError:
+        return None
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def compare_threads(
+    pairs: int, students: int, jobs: int, out: str | None, assignments: list[str]
+) -> int:
+    """The same class graded by `python -m graders grade` with each notebook's share of the cores
+    for the math libraries' threads (graders/run/threads.py, "share") and with every notebook at
+    all of them ("cores": THREAD_VARIABLES set to the core count, which the grader leaves as they
+    are, as before the share), `pairs` times each in alternating order: wall clock and the whole
+    machine's CPU (/proc/stat) over each run."""
+    from graders.run.threads import THREAD_VARIABLES, thread_share
+
+    work = Path(out or tempfile.mkdtemp(prefix="grading-threads-"))
+    make_class(work / "class", students, assignments)
+    submitted = work / "class" / "submitted"
+    plain = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    every = {**plain, **dict.fromkeys(THREAD_VARIABLES, str(thread_share(1)))}
+    runs: dict[str, list[tuple[float, float | None]]] = {"share": [], "cores": []}
+    grades = set()
+    for k in range(pairs):
+        for which in ("share", "cores") if k % 2 == 0 else ("cores", "share"):
+            dest = work / f"graded-{k}-{which}"
+            busy = _machine_busy()
+            took, _ = _graders(submitted, dest, jobs, plain if which == "share" else every)
+            cpu = None if busy is None else _machine_busy() - busy
+            _refuse_failed(dest, f"python -m graders grade ({which})")
+            grades.add((dest / "grades.csv").read_text(encoding="utf-8"))
+            runs[which].append((took, cpu))
+            print(
+                f"pair {k + 1}: {which}  {took:.1f} s"
+                + (f", the machine busy {cpu:.1f} core-s" if cpu is not None else ""),
+                flush=True,
+            )
+    if len(grades) != 1:
+        raise SystemExit("the two ways gave different grades.csv files")
+    wall = {w: statistics.median(t for t, _ in r) for w, r in runs.items()}
+    print(
+        f"\n{platform.node()} · {thread_share(1)} cores · {jobs} jobs · {students} students x "
+        f"{len(assignments)} notebooks, {pairs} pairs, the same grades every run\n"
+        f"median: share {wall['share']:.1f} s, cores {wall['cores']:.1f} s: "
+        f"{100 * (wall['share'] / wall['cores'] - 1):+.1f} %"
+    )
+    return 0
 
 
 def versus_nbgrader(
@@ -378,8 +434,20 @@ def main(argv=None) -> int:
         help="the class of --students graded K times each by plain nbgrader autograde and by "
         "python -m graders grade, alternating, then once more with nothing new",
     )
+    ap.add_argument(
+        "--compare-threads",
+        type=int,
+        default=0,
+        metavar="K",
+        help="the class of --students (default 2) graded K times each with each notebook's share "
+        "of the cores for torch's and OpenBLAS's threads and with all of them, alternating",
+    )
     args = ap.parse_args(argv)
     chosen = select(args.notebooks)
+    if args.compare_threads:
+        return compare_threads(
+            args.compare_threads, args.students or 2, args.jobs, args.out, chosen
+        )
     if args.versus_nbgrader:
         return versus_nbgrader(
             args.versus_nbgrader, args.students or 4, args.jobs, args.out, chosen
