@@ -12,9 +12,11 @@ and 45.6 s of CPU, with torch's two threads; 14.0 and 16.0 s, 13.4 and 15.3 s of
     share_cores(threads)    in a grading process: hold it and the kernel it starts to `threads`
 
 The grading command gives each job its share (graders/run/cluster.py: the cores over `--jobs` on a
-local cluster, a node's cores over its worker's threads on a cluster); the test suite gives each
-pytest-xdist worker its share the same way (tests/conftest.py). Where one of the variables is set
-already (by the instructor, the caller), nothing is changed.
+local cluster, a node's cores over the threads of its workers on a cluster); the test suite gives
+each pytest-xdist worker its share the same way (tests/conftest.py). Where one of the variables is
+set already (by the instructor, the caller), nothing is changed. A grading process's numpy keeps
+the OpenBLAS pool of the server it was forked from (loaded before the variables were set); its
+torch is told directly.
 """
 
 from __future__ import annotations
