@@ -36,15 +36,14 @@ def thread_share(at_once: int) -> int:
     return max(1, cores // max(1, at_once))
 
 
-def share_environment(threads: int, env: dict | None = None) -> bool:
-    """Set THREAD_VARIABLES to `threads` in `env` (default os.environ), so that a process started
-    with it sizes its pools to them; False, and nothing set, where one of them is set already
-    (the caller chose: OpenBLAS and MKL also read OMP_NUM_THREADS where their own is not set)."""
-    env = os.environ if env is None else env
-    if any(name in env for name in THREAD_VARIABLES):
+def share_environment(threads: int) -> bool:
+    """Set THREAD_VARIABLES to `threads` in os.environ, so that a process started from here sizes
+    its pools to them; False, and nothing set, where one of them is set already (the caller
+    chose: OpenBLAS and MKL also read OMP_NUM_THREADS where their own is not set)."""
+    if any(name in os.environ for name in THREAD_VARIABLES):
         return False
     for name in THREAD_VARIABLES:
-        env[name] = str(threads)
+        os.environ[name] = str(threads)
     return True
 
 

@@ -53,7 +53,9 @@ def test_a_grading_process_and_its_kernel_take_their_share(tmp_path):
 
 def test_the_instructors_setting_wins_over_the_share(tmp_path):
     chosen = {k: v for k, v in os.environ.items() if k not in VARIABLES}
-    chosen["OMP_NUM_THREADS"] = "1"  # torch holds itself to the cores: a share of 2 shows
+    # 1, below the share: a share of 2 taken would show as torch's 2 threads (a value above the
+    # cores would not show: torch holds itself to the cores)
+    chosen["OMP_NUM_THREADS"] = "1"
     got = _forked_from_a_torch_server(tmp_path, chosen, 2)
     assert got == {"torch": 1, "kernel": {"OMP_NUM_THREADS": "1"}}, got
 
