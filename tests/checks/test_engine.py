@@ -1,6 +1,6 @@
-"""The checks' engine: what the reference watch calls infrastructure exists, the engine stands
-alone (the grader copies it whole into a graded kernel), and no check module grows past ~800
-lines."""
+"""The checks' engine: what the reference watch calls infrastructure exists, it tells a learner's
+code from the course's by identity, the engine stands alone (the grader copies it whole into a
+graded kernel), and no check module grows past ~800 lines."""
 
 from __future__ import annotations
 
@@ -105,3 +105,36 @@ def test_the_nan_fill_costs_no_compiler_import():
     )
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert got.stdout.split() == ["True", "False"], got.stdout + got.stderr
+
+
+def test_a_learner_helper_equal_to_a_course_one_is_still_the_learners():
+    """Code objects compare equal without their file: a learner's helper with a course helper's
+    name and body, at the same line, is equal to it (name, bytecode, constants, first line). The
+    watch keyed by the code object scored such a learner 0 ("calls __main__._tiles"); keyed by
+    identity, a learner calling their own copy after the course one was seen is not calling the
+    reference."""
+    import inspect
+    import textwrap
+
+    import pytest
+
+    from course_utils.checks.engine.failures import CheckFailure
+    from course_utils.references import memory
+
+    course = memory._tiles
+    lines, first = inspect.getsourcelines(course)
+    cell = {"__name__": "__main__"}  # a notebook cell, compiled as ipykernel names its file
+    source = "\n" * (first - 1) + textwrap.dedent("".join(lines))
+    exec(compile(source, "/tmp/ipykernel_4242/2093650311.py", "exec"), cell)
+    own = cell["_tiles"]
+    assert own.__code__ == course.__code__ and own.__code__ is not course.__code__
+
+    def calls_the_course(N):
+        return course(N, 64)
+
+    def calls_its_own(N):
+        return own(N, 64)
+
+    with pytest.raises(CheckFailure, match="calls-reference"):
+        watch.instrumented_call(calls_the_course, (100,), name="tiles")
+    assert watch.instrumented_call(calls_its_own, (100,), name="tiles").result == 2

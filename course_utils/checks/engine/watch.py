@@ -97,8 +97,10 @@ _LIBRARY_DIRS = tuple(
 
 
 # id(code object) -> _frame_kind's answer, read first by the watch's hook. Keyed by id: a code
-# object's own hash is computed afresh at each lookup (from its name, bytecode and constants).
-# _SEEN keeps each code object alive, so that its id is never another's while it is a key.
+# object's own hash is computed afresh at each lookup (from its name, bytecode and constants), and
+# two code objects compare equal without their file, so a learner's helper written as a course
+# helper, at its line, would take the course's kind (test_engine.py). _SEEN keeps each code object
+# alive, so that its id is never another's while it is a key.
 _KINDS: dict[int, str] = {}
 _SEEN: list = []
 
