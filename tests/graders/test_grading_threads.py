@@ -19,6 +19,16 @@ from graders.run import cluster, pipeline, threads, worker
 VARIABLES = threads.THREAD_VARIABLES
 
 
+@pytest.fixture
+def unset(monkeypatch):
+    """THREAD_VARIABLES unset for the test and as they were after it: monkeypatch records a
+    variable it deletes only where the variable was set, so each is set first (what the code
+    under test sets would otherwise stay for the rest of the run)."""
+    for name in VARIABLES:
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)
+
+
 def _forked_from_a_torch_server(tmp_path, env: dict, share: int) -> dict:
     """In a program of its own (environment `env`): a process forked from the grading server
     with torch preloaded calls share_cores(share), as a grading process does first; what its
@@ -60,10 +70,8 @@ def test_the_instructors_setting_wins_over_the_share(tmp_path):
     assert got == {"torch": 1, "kernel": {"OMP_NUM_THREADS": "1"}}, got
 
 
-def test_the_grading_process_takes_its_share_before_it_grades(monkeypatch):
+def test_the_grading_process_takes_its_share_before_it_grades(monkeypatch, unset):
     """worker._main, the grading process's body, gives the job's share before the kernel starts."""
-    for name in VARIABLES:
-        monkeypatch.delenv(name, raising=False)
     seen = {}
 
     def grade_one(job):
@@ -82,9 +90,7 @@ def test_the_grading_process_takes_its_share_before_it_grades(monkeypatch):
     assert seen == dict.fromkeys(VARIABLES, "1"), seen
 
 
-def test_no_share_changes_nothing(monkeypatch):
-    for name in VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+def test_no_share_changes_nothing(unset):
     threads.share_cores(None)
     threads.share_cores(0)
     assert not any(name in os.environ for name in VARIABLES)
