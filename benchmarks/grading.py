@@ -302,6 +302,14 @@ def _graders(submitted: Path, out: Path, jobs: int, env: dict | None = None) -> 
     return time.perf_counter() - t0, got.stdout
 
 
+def _in_turn(pairs: int, a: str, b: str):
+    """(pair, which) for `pairs` pairs of runs of `a` and `b`, the first of each pair in turn (a b,
+    b a, a b, ...), so that neither always runs on a machine the other just warmed."""
+    for k in range(pairs):
+        for which in (a, b) if k % 2 == 0 else (b, a):
+            yield k, which
+
+
 def _machine_busy() -> float | None:
     """Seconds of CPU the whole machine has spent busy since boot (/proc/stat), None elsewhere."""
     try:
@@ -329,20 +337,19 @@ def compare_threads(
     every = {**plain, **dict.fromkeys(THREAD_VARIABLES, str(thread_share(1)))}
     runs: dict[str, list[tuple[float, float | None]]] = {"share": [], "cores": []}
     grades = set()
-    for k in range(pairs):
-        for which in ("share", "cores") if k % 2 == 0 else ("cores", "share"):
-            dest = work / f"graded-{k}-{which}"
-            busy = _machine_busy()
-            took, _ = _graders(submitted, dest, jobs, plain if which == "share" else every)
-            cpu = None if busy is None else _machine_busy() - busy
-            _refuse_failed(dest, f"python -m graders grade ({which})")
-            grades.add((dest / "grades.csv").read_text(encoding="utf-8"))
-            runs[which].append((took, cpu))
-            print(
-                f"pair {k + 1}: {which}  {took:.1f} s"
-                + (f", the machine busy {cpu:.1f} core-s" if cpu is not None else ""),
-                flush=True,
-            )
+    for k, which in _in_turn(pairs, "share", "cores"):
+        dest = work / f"graded-{k}-{which}"
+        busy = _machine_busy()
+        took, _ = _graders(submitted, dest, jobs, plain if which == "share" else every)
+        cpu = None if busy is None else _machine_busy() - busy
+        _refuse_failed(dest, f"python -m graders grade ({which})")
+        grades.add((dest / "grades.csv").read_text(encoding="utf-8"))
+        runs[which].append((took, cpu))
+        print(
+            f"pair {k + 1}: {which}  {took:.1f} s"
+            + (f", the machine busy {cpu:.1f} core-s" if cpu is not None else ""),
+            flush=True,
+        )
     if len(grades) != 1:
         raise SystemExit("the two ways gave different grades.csv files")
     wall = {w: statistics.median(t for t, _ in r) for w, r in runs.items()}
@@ -369,23 +376,20 @@ def versus_nbgrader(
     n = sum(1 for _ in submitted.glob("*/*/*.ipynb"))
     times: dict[str, list[float]] = {"nbgrader": [], "graders": []}
     last = None
-    for k in range(pairs):
-        for which in ("nbgrader", "graders") if k % 2 == 0 else ("graders", "nbgrader"):
-            if which == "nbgrader":
-                course = _plain_course(work / f"plain-{k}", assignments, submitted)
-                took = sum(_nbgrader(course, "autograde", a, "--force") for a in assignments)
-                graded = len(list(Path(course, "autograded").glob("*/*/*.ipynb")))
-                if graded != n:
-                    raise SystemExit(f"nbgrader autograded {graded} of {n} notebooks")
-            else:
-                last = work / f"graded-{k}"
-                took, said = _graders(submitted, last, jobs)
-                _refuse_failed(last, "python -m graders grade")
-                print(f"  {said.strip().splitlines()[-1]}", flush=True)
-            times[which].append(took)
-            print(
-                f"pair {k + 1}: {which:8s} {took:.1f} s ({took / n:.2f} s a notebook)", flush=True
-            )
+    for k, which in _in_turn(pairs, "nbgrader", "graders"):
+        if which == "nbgrader":
+            course = _plain_course(work / f"plain-{k}", assignments, submitted)
+            took = sum(_nbgrader(course, "autograde", a, "--force") for a in assignments)
+            graded = len(list(Path(course, "autograded").glob("*/*/*.ipynb")))
+            if graded != n:
+                raise SystemExit(f"nbgrader autograded {graded} of {n} notebooks")
+        else:
+            last = work / f"graded-{k}"
+            took, said = _graders(submitted, last, jobs)
+            _refuse_failed(last, "python -m graders grade")
+            print(f"  {said.strip().splitlines()[-1]}", flush=True)
+        times[which].append(took)
+        print(f"pair {k + 1}: {which:8s} {took:.1f} s ({took / n:.2f} s a notebook)", flush=True)
     again, said = _graders(submitted, last, jobs)
     plain, ours = statistics.median(times["nbgrader"]), statistics.median(times["graders"])
     print(

@@ -1,4 +1,5 @@
-"""benchmarks/grading.py: which notebooks a benchmark grades (--notebooks)."""
+"""benchmarks/grading.py: which notebooks a benchmark grades (--notebooks), a run that did not grade
+is never timed, and --compare-threads runs both ways in turn."""
 
 import pytest
 
@@ -54,3 +55,41 @@ def test_the_plain_nbgrader_course_takes_the_courses_config(tmp_path):
     released = json.loads((root / "notebooks" / a / f"{a}.ipynb").read_text(encoding="utf-8"))
     shipped = json.loads((pipeline.REPO / "notebooks" / a / f"{a}.ipynb").read_text("utf-8"))
     assert [c["source"] for c in released["cells"]] == [c["source"] for c in shipped["cells"]]
+
+
+def _stub_grading(monkeypatch, grades):
+    """compare_threads with the class and `python -m graders grade` replaced: each run records the
+    thread variables it was given and writes the next of `grades` as its grades.csv."""
+    from graders.run.threads import THREAD_VARIABLES
+
+    calls = []
+
+    def graders(submitted, dest, jobs, env=None):
+        calls.append({k: env[k] for k in THREAD_VARIABLES if k in env})
+        dest.mkdir(parents=True)
+        (dest / "grades.csv").write_text(grades[len(calls) - 1], encoding="utf-8")
+        return 1.0, ""
+
+    monkeypatch.setattr(grading, "make_class", lambda folder, students, assignments: None)
+    monkeypatch.setattr(grading, "_graders", graders)
+    monkeypatch.setattr(grading, "_refuse_failed", lambda dest, what: None)
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")  # the caller's setting: neither run keeps it
+    return calls
+
+
+def test_compare_threads_runs_both_ways_in_turn(tmp_path, monkeypatch, capsys):
+    """--compare-threads: "share" runs with no thread variable (the grader's share decides),
+    "cores" with all three at the core count; first of each pair in turn; the medians printed."""
+    from graders.run.threads import THREAD_VARIABLES, thread_share
+
+    calls = _stub_grading(monkeypatch, ["s,1\n"] * 4)
+    assert grading.compare_threads(2, 2, 2, str(tmp_path), ["01_online_softmax"]) == 0
+    every = dict.fromkeys(THREAD_VARIABLES, str(thread_share(1)))
+    assert calls == [{}, every, every, {}], calls
+    assert "median: share 1.0 s, cores 1.0 s" in capsys.readouterr().out
+
+
+def test_compare_threads_refuses_two_ways_that_grade_differently(tmp_path, monkeypatch):
+    _stub_grading(monkeypatch, ["s,1\n", "s,0\n"])
+    with pytest.raises(SystemExit, match="different grades.csv"):
+        grading.compare_threads(1, 2, 2, str(tmp_path), ["01_online_softmax"])
